@@ -1,0 +1,203 @@
+"""Cluster simulator: discrete nodes serving learning tasks, one tick at a time.
+
+Pure numpy, seeded, no I/O.  A scheduler (or the PettingZoo env) hands
+:meth:`ClusterSim.tick` one task index per node (``-1`` = idle); the simulator applies
+the re-assignment cost, the sub-linear speed-up and the parallelism caps, advances
+work, reports losses from the real traces, and retires completed and expired tasks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from mara_env.config import ClusterConfig
+from mara_env.traces import LOSS_FLOOR, TraceSet
+from mara_env.workload import Workload, sample_workload
+
+PENDING, ACTIVE, DONE, EXPIRED = 0, 1, 2, 3
+
+
+class InvalidAssignment(ValueError):
+    """An assignment names an inactive task or exceeds a task's parallelism cap."""
+
+
+@dataclass
+class TickResult:
+    """What one tick changed."""
+
+    completed: np.ndarray
+    expired: np.ndarray
+    arrived: np.ndarray
+    reported: np.ndarray  # tasks that reported a new loss this tick
+
+
+@dataclass
+class EpisodeStats:
+    """Running per-episode metrics (see ``metrics()`` for the reported dict)."""
+
+    node_ticks_busy: int = 0
+    node_ticks_total: int = 0
+    warmup_node_ticks: int = 0
+    reassignments: int = 0
+
+
+class ClusterSim:
+    """The simulator state of one episode; call :meth:`reset` before the first tick."""
+
+    def __init__(self, config: ClusterConfig, traces: TraceSet) -> None:
+        self.config = config
+        self.traces = traces
+        self.workload: Workload | None = None
+
+    # ---- episode lifecycle -------------------------------------------------------
+    def reset(self, rng: np.random.Generator, workload: Workload | None = None) -> None:
+        """Start a new episode with tasks drawn from ``rng`` (or the given workload)."""
+        wl = workload if workload is not None else sample_workload(self.config, self.traces, rng)
+        self.workload = wl
+        n = len(wl)
+        self.t = 0
+        self.status = np.zeros(n, np.int8)
+        self.work = np.zeros(n)
+        self.rep_idx = np.zeros(n, np.int64)  # index (within its trace) of the reported point
+        self.loss0 = self.traces.loss[self.traces.offsets[wl.trace]]
+        self.reported = self.loss0.copy()
+        self.nodes_now = np.zeros(n, np.int64)  # nodes that served the task in the last tick
+        self.node_task = np.full(self.config.num_nodes, -1, np.int64)
+        self.hist_work: list[list[float]] = [[] for _ in range(n)]
+        self.hist_loss: list[list[float]] = [[] for _ in range(n)]
+        self.finish_tick = np.full(n, -1, np.int64)
+        self.node_ticks_used = np.zeros(n, np.int64)
+        self.warmup_used = np.zeros(n, np.int64)
+        self.stats = EpisodeStats()
+        self._next_arrival = 0
+        self._log_target = np.log(np.maximum(wl.target, LOSS_FLOOR))
+        self._log_loss0 = np.log(np.maximum(self.loss0, LOSS_FLOOR))
+        self._arrive()
+
+    def _arrive(self) -> np.ndarray:
+        wl = self.workload
+        start = self._next_arrival
+        while self._next_arrival < len(wl) and wl.arrival[self._next_arrival] <= self.t:
+            self._next_arrival += 1
+        new = np.arange(start, self._next_arrival)
+        self.status[new] = ACTIVE
+        return new
+
+    @property
+    def done(self) -> bool:
+        """True once arrivals are over and no task is active."""
+        return self._next_arrival >= len(self.workload) and not (self.status == ACTIVE).any()
+
+    def active(self) -> np.ndarray:
+        """Indices of active tasks."""
+        return np.flatnonzero(self.status == ACTIVE)
+
+    # ---- one scheduling interval -------------------------------------------------
+    def check_assignment(self, assign: np.ndarray) -> None:
+        """Raise :class:`InvalidAssignment` if ``assign`` is not feasible now."""
+        assign = np.asarray(assign)
+        if assign.shape != (self.config.num_nodes,):
+            raise InvalidAssignment(
+                f"assignment has shape {assign.shape}; expected ({self.config.num_nodes},)"
+            )
+        busy = assign[assign >= 0]
+        for k in busy:
+            if k >= len(self.status) or self.status[k] != ACTIVE:
+                raise InvalidAssignment(f"task {int(k)} is not active at tick {self.t}")
+        counts = np.bincount(busy, minlength=len(self.status))
+        over = np.flatnonzero(counts > self.workload.cap)
+        if len(over):
+            k = int(over[0])
+            raise InvalidAssignment(
+                f"task {k} got {counts[k]} nodes; its parallelism cap is {self.workload.cap[k]}"
+            )
+
+    def tick(self, assign: np.ndarray) -> TickResult:
+        """Serve one interval with node ``i`` on task ``assign[i]`` (-1 idle)."""
+        assign = np.asarray(assign, dtype=np.int64)
+        self.check_assignment(assign)
+        wl, n = self.workload, len(self.status)
+        busy = assign >= 0
+        stay = busy & (assign == self.node_task)
+        joins = busy & ~stay
+        total = np.bincount(assign[busy], minlength=n)
+        warm = np.bincount(assign[stay], minlength=n) if self.config.reassign_cost else total
+        gain = np.where(warm > 0, wl.rate * np.maximum(warm, 1) ** wl.alpha, 0.0)
+        self.work += gain
+        self.node_ticks_used += total
+        if self.config.reassign_cost:
+            self.warmup_used += np.bincount(assign[joins], minlength=n)
+        self.stats.node_ticks_busy += int(busy.sum())
+        self.stats.node_ticks_total += self.config.num_nodes
+        self.stats.reassignments += int(joins.sum())
+        if self.config.reassign_cost:
+            self.stats.warmup_node_ticks += int(joins.sum())
+
+        progressed = np.flatnonzero(gain > 0)
+        for k in progressed:
+            a, b = self.traces.offsets[wl.trace[k]], self.traces.offsets[wl.trace[k] + 1]
+            j = int(np.searchsorted(self.traces.steps[a:b], self.work[k], side="right")) - 1
+            j = max(j, 0)
+            self.rep_idx[k] = j
+            self.reported[k] = self.traces.loss[a + j]
+            self.hist_work[k].append(float(self.work[k]))
+            self.hist_loss[k].append(float(self.reported[k]))
+
+        self.t += 1
+        self.nodes_now = total
+        reached = progressed[self.reported[progressed] <= wl.target[progressed]]
+        completed = reached[self.t <= wl.deadline[reached]]
+        self.status[completed] = DONE
+        act = self.status == ACTIVE
+        expired = np.flatnonzero(act & (self.t >= wl.deadline))
+        self.status[expired] = EXPIRED
+        gone = np.concatenate([completed, expired])
+        self.finish_tick[gone] = self.t
+        self.nodes_now[gone] = 0
+        self.node_task = np.where(busy & (self.status[np.maximum(assign, 0)] == ACTIVE), assign, -1)
+        arrived = self._arrive()
+        return TickResult(completed=completed, expired=expired, arrived=arrived, reported=progressed)
+
+    # ---- derived quantities --------------------------------------------------------
+    def progress(self, tasks: np.ndarray) -> np.ndarray:
+        """Normalised progress in [0, 1]: log(L0/L) / log(L0/eps) (1 = at target)."""
+        span = np.maximum(self._log_loss0[tasks] - self._log_target[tasks], 1e-6)
+        done = self._log_loss0[tasks] - np.log(np.maximum(self.reported[tasks], LOSS_FLOOR))
+        return np.clip(done / span, 0.0, 1.0)
+
+    def potential(self) -> float:
+        """Phi: summed normalised progress of active tasks (tasks that left count 0)."""
+        act = self.active()
+        return float(self.progress(act).sum()) if len(act) else 0.0
+
+    def history(self, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """(work, loss) reports of task ``k`` so far (starting after its first progress)."""
+        return np.asarray(self.hist_work[k]), np.asarray(self.hist_loss[k])
+
+    def remaining_true(self, tasks: np.ndarray) -> np.ndarray:
+        """True remaining work to reach each task's target (oracle knowledge)."""
+        return np.maximum(self.workload.work_true[tasks] - self.work[tasks], 0.0)
+
+    def metrics(self) -> dict[str, float]:
+        """Per-episode metrics (meaningful once the episode is done)."""
+        n = len(self.status)
+        completed = int((self.status == DONE).sum())
+        expired = int((self.status == EXPIRED).sum())
+        s = self.stats
+        lost = self.status == EXPIRED
+        expired_ticks = int(self.node_ticks_used[lost].sum())
+        wasted = expired_ticks + int(self.warmup_used[~lost].sum())
+        return {
+            "completion_rate": completed / n if n else float("nan"),
+            "tasks": n,
+            "completed": completed,
+            "expired": expired,
+            "utilisation": s.node_ticks_busy / s.node_ticks_total if s.node_ticks_total else 0.0,
+            "wasted_node_ticks": wasted,
+            "warmup_node_ticks": s.warmup_node_ticks,
+            "expired_node_ticks": expired_ticks,
+            "reassignments": s.reassignments,
+            "ticks": self.t,
+        }

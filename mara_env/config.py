@@ -1,0 +1,95 @@
+"""Typed, validated configuration of the cluster simulator and its environment."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from mara_env.traces import SPLITS
+
+
+class ConfigError(ValueError):
+    """A configuration value or key is invalid; the message names it and what is allowed."""
+
+
+@dataclass(frozen=True)
+class ClusterConfig:
+    """Everything that defines a workload and a cluster; see ``docs/architecture.md``.
+
+    Task ``k`` gets a trace, a target index ``j`` drawn uniformly in ``target_range`` of
+    the trace's logged points (required work ``W_k = step[j]``, target ``eps_k`` =
+    smoothed loss at ``j``), a parallelism cap from ``cap_choices``, a speed-up exponent
+    ``alpha`` in ``alpha_range`` (``s(n) = n**alpha``), a size ``T_k`` (ticks to reach
+    ``W_k`` on ``n_ref = min(cap, ref_nodes)`` nodes, log-uniform in ``size_range``) that
+    sets the base rate ``r_k = W_k / (T_k * n_ref**alpha)``, and a deadline
+    ``a_k + ceil(slack * T_k)`` with slack uniform in ``slack_range``.
+    """
+
+    num_nodes: int = 16
+    num_slots: int = 8
+    load: float = 1.0
+    horizon: int = 120
+    traces: str | None = None
+    split: str = "train"
+    families: tuple[str, ...] | None = None
+    target_range: tuple[float, float] = (0.3, 0.9)
+    size_range: tuple[float, float] = (4.0, 24.0)
+    slack_range: tuple[float, float] = (1.3, 3.0)
+    alpha_range: tuple[float, float] = (0.6, 1.0)
+    cap_choices: tuple[int, ...] = (2, 4, 8)
+    ref_nodes: int = 4
+    reassign_cost: bool = True
+    shaping: float = 1.0
+    max_cycles: int | None = None
+    strict: bool = False
+    extra: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    def __post_init__(self) -> None:
+        def bad(name: str, expected: str) -> ConfigError:
+            return ConfigError(f"config {name}={getattr(self, name)!r}: expected {expected}")
+
+        for name in ("num_nodes", "num_slots", "horizon", "ref_nodes"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise bad(name, "a positive integer")
+        if not (isinstance(self.load, (int, float)) and 0 < self.load <= 100):
+            raise bad("load", "a number in (0, 100]")
+        if self.split not in (*SPLITS, "all"):
+            raise bad("split", f"one of {[*SPLITS, 'all']}")
+        for name, lo, hi in (
+            ("target_range", 0.0, 1.0),
+            ("slack_range", 1.0, 100.0),
+            ("alpha_range", 0.0, 1.0),
+            ("size_range", 1.0, 10_000.0),
+        ):
+            v = tuple(getattr(self, name))
+            if len(v) != 2 or not (lo <= v[0] <= v[1] <= hi):
+                raise bad(name, f"a pair (low, high) with {lo} <= low <= high <= {hi}")
+            object.__setattr__(self, name, (float(v[0]), float(v[1])))
+        caps = tuple(self.cap_choices)
+        if not caps or any(not isinstance(c, int) or c < 1 for c in caps):
+            raise bad("cap_choices", "a non-empty list of positive integers")
+        object.__setattr__(self, "cap_choices", caps)
+        if self.families is not None:
+            object.__setattr__(self, "families", tuple(self.families))
+        if self.max_cycles is not None and (
+            not isinstance(self.max_cycles, int) or self.max_cycles < 1
+        ):
+            raise bad("max_cycles", "None or a positive integer (decision rounds)")
+        if not (isinstance(self.shaping, (int, float)) and self.shaping >= 0):
+            raise bad("shaping", "a number >= 0")
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any], where: str = "env config") -> ClusterConfig:
+        """Build from a plain dict (YAML), rejecting unknown keys by name."""
+        allowed = [f.name for f in dataclasses.fields(cls) if f.name != "extra"]
+        unknown = sorted(set(values) - set(allowed))
+        if unknown:
+            raise ConfigError(f"{where}: unknown key(s) {unknown}; allowed keys: {allowed}")
+        values = {k: tuple(v) if isinstance(v, list) else v for k, v in values.items()}
+        return cls(**values)
+
+    def replace(self, **changes: Any) -> ClusterConfig:
+        """A copy with some fields changed (validated again)."""
+        return dataclasses.replace(self, **changes)

@@ -1,0 +1,474 @@
+"""PettingZoo environment: every compute node of the cluster is an agent."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import gymnasium
+import numpy as np
+from gymnasium import spaces
+from pettingzoo import AECEnv, ParallelEnv
+from pettingzoo.utils import wrappers
+
+from mara_env.cluster import ClusterSim
+from mara_env.config import ClusterConfig
+from mara_env.traces import LOSS_FLOOR, TraceSet, load_traces
+
+NODE_FEATURES = (
+    "has_task",  # 1 if this node served a task in the last tick
+    "task_visible",  # 1 if that task is in one of the K visible slots
+    "agent_position",  # i / N: this node's place in the decision round
+    "nodes_after",  # (N - 1 - i) / N: nodes still to choose after this one
+    "utilisation",  # fraction of nodes busy in the last tick
+    "active_tasks",  # active tasks / K
+    "queued_tasks",  # active tasks not visible (beyond K) / K
+    "time",  # t / horizon
+)
+SLOT_FEATURES = (
+    "occupied",  # 1 if the slot holds a task (all others are 0 when not)
+    "log_loss_ratio",  # log(reported loss / target), clipped to [-5, 5]
+    "slope",  # d log loss / d log work over the last 4 reports, clipped to [-5, 1]
+    "progress",  # log(L0 / L) / log(L0 / target) in [0, 1]
+    "service",  # work done / (rate * n_ref**alpha) / 20: reference ticks of service
+    "time_left",  # (deadline - t) / 20
+    "age",  # (t - arrival) / 20
+    "nodes_now",  # nodes that served the task in the last tick / cap
+    "nodes_chosen",  # nodes that chose it so far in this round / cap
+    "cap",  # parallelism cap / 8
+    "alpha",  # speed-up exponent
+    "is_mine",  # 1 if this node served the task in the last tick (no warm-up cost)
+)
+QUEUE_FEATURES = ("queue_count", "queue_time_left", "queue_progress", "queue_cap")
+OBS_LIMIT = 10.0
+
+_SLOT = {name: i for i, name in enumerate(SLOT_FEATURES)}
+
+
+@functools.lru_cache(maxsize=8)
+def _cached_traces(path: str | None, split: str, families: tuple[str, ...] | None) -> TraceSet:
+    return load_traces(path, split=split, families=list(families) if families else None)
+
+
+class InvalidActionError(ValueError):
+    """An action is outside the action space, or masked out while ``strict=True``."""
+
+
+class ClusterEngine:
+    """Decision rounds over a :class:`ClusterSim`: slots, masks, features, rewards.
+
+    Shared by the AEC and the parallel environment so both have one semantics.
+    """
+
+    def __init__(self, config: ClusterConfig, traces: TraceSet | None = None) -> None:
+        self.config = config
+        self.traces = traces or _cached_traces(config.traces, config.split, config.families)
+        self.sim = ClusterSim(config, self.traces)
+        n, k = config.num_nodes, config.num_slots
+        self.agents = [f"node_{i}" for i in range(n)]
+        self.obs_dim = len(NODE_FEATURES) + k * len(SLOT_FEATURES)
+        self.state_dim = self.obs_dim + len(QUEUE_FEATURES)
+        self.observation_space = spaces.Dict(
+            {
+                "observation": spaces.Box(-OBS_LIMIT, OBS_LIMIT, (self.obs_dim,), np.float32),
+                "action_mask": spaces.Box(0, 1, (k + 1,), np.int8),
+                "state": spaces.Box(-OBS_LIMIT, OBS_LIMIT, (self.state_dim,), np.float32),
+            }
+        )
+        self.action_space = spaces.Discrete(k + 1)
+
+    # ---- lifecycle -------------------------------------------------------------
+    def reset(self, seed: int | None) -> None:
+        """New episode; all randomness comes from one Generator seeded here."""
+        # seed=None continues the current stream (Gymnasium semantics) once seeded.
+        if seed is not None or not hasattr(self, "rng"):
+            self.rng = np.random.default_rng(seed)
+        self.sim.reset(self.rng)
+        self.rounds = 0
+        self.truncated = False
+        self.invalid_counts = np.zeros(self.config.num_nodes, np.int64)
+        self.last_invalid: dict[int, dict[str, Any]] = {}
+        self._begin_round()
+
+    @property
+    def finished(self) -> bool:
+        return self.sim.done or self.truncated
+
+    def _begin_round(self) -> None:
+        cfg, sim = self.config, self.sim
+        wl = sim.workload
+        act = sim.active()
+        order = np.lexsort((act, wl.arrival[act], wl.deadline[act]))
+        self.slot_tasks = np.full(cfg.num_slots, -1, np.int64)
+        visible = act[order][: cfg.num_slots]
+        self.slot_tasks[: len(visible)] = visible
+        self.queued = act[order][cfg.num_slots :]
+        self.slot_cap = np.zeros(cfg.num_slots, np.int64)
+        self.slot_cap[: len(visible)] = wl.cap[visible]
+        self.slots = self._slot_matrix(visible)
+        self.chosen = np.zeros(cfg.num_slots, np.int64)
+        self.assign = np.full(cfg.num_nodes, -1, np.int64)
+        self.phi = sim.potential()
+        self.position = 0
+
+    def _slot_matrix(self, tasks: np.ndarray) -> np.ndarray:
+        cfg, sim = self.config, self.sim
+        wl, t = sim.workload, sim.t
+        f = np.zeros((cfg.num_slots, len(SLOT_FEATURES)), np.float32)
+        s = len(tasks)
+        if s == 0:
+            return f
+        n_ref = np.minimum(wl.cap[tasks], cfg.ref_nodes)
+        ref_rate = wl.rate[tasks] * n_ref ** wl.alpha[tasks]
+        log_loss = np.log(np.maximum(sim.reported[tasks], LOSS_FLOOR))
+        f[:s, _SLOT["occupied"]] = 1.0
+        f[:s, _SLOT["log_loss_ratio"]] = np.clip(log_loss - sim._log_target[tasks], -5, 5)
+        f[:s, _SLOT["slope"]] = [self._slope(k) for k in tasks]
+        f[:s, _SLOT["progress"]] = sim.progress(tasks)
+        f[:s, _SLOT["service"]] = sim.work[tasks] / ref_rate / 20.0
+        f[:s, _SLOT["time_left"]] = (wl.deadline[tasks] - t) / 20.0
+        f[:s, _SLOT["age"]] = (t - wl.arrival[tasks]) / 20.0
+        f[:s, _SLOT["nodes_now"]] = sim.nodes_now[tasks] / wl.cap[tasks]
+        f[:s, _SLOT["cap"]] = wl.cap[tasks] / 8.0
+        f[:s, _SLOT["alpha"]] = wl.alpha[tasks]
+        return np.clip(f, -OBS_LIMIT, OBS_LIMIT)
+
+    def _slope(self, k: int, lag: int = 4) -> float:
+        w, loss = self.sim.hist_work[k], self.sim.hist_loss[k]
+        if len(w) < 2:
+            return 0.0
+        j = max(0, len(w) - 1 - lag)
+        dw = np.log(w[-1]) - np.log(max(w[j], 1e-12))
+        if dw <= 0:
+            return 0.0
+        dl = np.log(max(loss[-1], LOSS_FLOOR)) - np.log(max(loss[j], LOSS_FLOOR))
+        return float(np.clip(dl / dw, -5.0, 1.0))
+
+    # ---- per-node views ------------------------------------------------------------
+    def mask(self) -> np.ndarray:
+        """Action mask (int8) for the node about to choose in this round."""
+        m = np.ones(self.config.num_slots + 1, np.int8)
+        m[:-1] = (self.slot_tasks >= 0) & (self.chosen < self.slot_cap)
+        return m
+
+    def observe(self, i: int) -> dict[str, np.ndarray]:
+        """Observation of node ``i`` given the choices made so far in this round."""
+        cfg, sim = self.config, self.sim
+        k = cfg.num_slots
+        mine = sim.node_task[i]
+        slots = self.slots.copy()
+        caps = np.maximum(self.slot_cap, 1)
+        slots[:, _SLOT["nodes_chosen"]] = self.chosen / caps
+        slots[:, _SLOT["is_mine"]] = (self.slot_tasks == mine) & (mine >= 0)
+        n_act = len(self.queued) + int((self.slot_tasks >= 0).sum())
+        node = np.array(
+            [
+                mine >= 0,
+                mine >= 0 and bool((self.slot_tasks == mine).any()),
+                i / cfg.num_nodes,
+                (cfg.num_nodes - 1 - i) / cfg.num_nodes,
+                (sim.node_task >= 0).mean(),
+                n_act / k,
+                len(self.queued) / k,
+                sim.t / cfg.horizon,
+            ],
+            np.float32,
+        )
+        obs = np.clip(np.concatenate([node, slots.ravel()]), -OBS_LIMIT, OBS_LIMIT)
+        return {
+            "observation": obs,
+            "action_mask": self.mask(),
+            "state": np.concatenate([obs, self._queue_features()]),
+        }
+
+    def _queue_features(self) -> np.ndarray:
+        q = self.queued
+        if not len(q):
+            return np.zeros(len(QUEUE_FEATURES), np.float32)
+        wl = self.sim.workload
+        feats = [
+            len(q) / self.config.num_slots,
+            np.mean(wl.deadline[q] - self.sim.t) / 20.0,
+            np.mean(self.sim.progress(q)),
+            np.mean(wl.cap[q]) / 8.0,
+        ]
+        return np.clip(np.asarray(feats, np.float32), -OBS_LIMIT, OBS_LIMIT)
+
+    # ---- acting ------------------------------------------------------------------
+    def act(self, i: int, action: Any) -> dict[str, Any] | None:
+        """Record node ``i``'s choice; returns an info entry if it was masked out."""
+        k = self.config.num_slots
+        try:
+            a = int(action)
+        except (TypeError, ValueError):
+            raise InvalidActionError(
+                f"node_{i}: action {action!r} is not an integer in [0, {k}]"
+            ) from None
+        if a != action or not 0 <= a <= k:
+            raise InvalidActionError(
+                f"node_{i}: action {action!r} is outside the action space Discrete({k + 1})"
+            )
+        if a == k:
+            return None
+        if self.slot_tasks[a] >= 0 and self.chosen[a] < self.slot_cap[a]:
+            self.chosen[a] += 1
+            self.assign[i] = self.slot_tasks[a]
+            return None
+        mask = self.mask()
+        if self.config.strict:
+            raise InvalidActionError(
+                f"node_{i}: action {a} is masked out (mask {mask.tolist()}); "
+                f"slot {a} is {'empty' if self.slot_tasks[a] < 0 else 'at its parallelism cap'}"
+            )
+        self.invalid_counts[i] += 1
+        self.last_invalid[i] = {"asked": a, "mask": mask.tolist()}
+        return {"masked_action": a, "masked_actions_total": int(self.invalid_counts[i])}
+
+    def end_round(self) -> tuple[float, dict[str, Any]]:
+        """Advance the simulator one tick; returns the team reward and tick summary."""
+        res = self.sim.tick(self.assign)
+        self.rounds += 1
+        if self.config.max_cycles is not None and self.rounds >= self.config.max_cycles:
+            self.truncated = not self.sim.done
+        # Phi of a terminal (or truncated) state is 0, so the shaped return equals the
+        # number of completions exactly (potential-based shaping, gamma = 1).
+        phi_next = 0.0 if self.finished else self.sim.potential()
+        reward = len(res.completed) + self.config.shaping * (phi_next - self.phi)
+        summary = {"tick": self.sim.t, "completed": len(res.completed), "expired": len(res.expired)}
+        self._begin_round()
+        return float(reward), summary
+
+    def render_ansi(self) -> str:
+        """Text picture of the cluster (which slot each node serves) and the queue."""
+        sim, wl = self.sim, self.sim.workload
+        slot_of = {int(t): s for s, t in enumerate(self.slot_tasks) if t >= 0}
+        nodes = " ".join(
+            "." if t < 0 else str(slot_of.get(int(t), "?")) for t in sim.node_task
+        )
+        lines = [f"tick {sim.t}  nodes: [{nodes}]  (slot served in the last tick, . idle)"]
+        lines.append("slot task  loss/target  progress  left  nodes/cap  chosen")
+        for s, k in enumerate(self.slot_tasks):
+            if k < 0:
+                continue
+            lines.append(
+                f"{s:>4} {k:>4}  {sim.reported[k] / wl.target[k]:>11.3f}  "
+                f"{sim.progress(np.array([k]))[0]:>8.2f}  {wl.deadline[k] - sim.t:>4}  "
+                f"{sim.nodes_now[k]:>4}/{wl.cap[k]:<4}  {self.chosen[s]:>6}"
+            )
+        if len(self.queued):
+            lines.append(f"+ {len(self.queued)} queued beyond the visible slots")
+        m = sim.metrics()
+        lines.append(f"completed {m['completed']}  expired {m['expired']}  of {len(wl)} tasks")
+        return "\n".join(lines)
+
+
+def _make_config(config: ClusterConfig | dict[str, Any] | None, kwargs: dict[str, Any]) -> ClusterConfig:
+    if isinstance(config, ClusterConfig):
+        return config.replace(**kwargs) if kwargs else config
+    return ClusterConfig.from_dict({**(config or {}), **kwargs})
+
+
+class raw_env(AECEnv):
+    """Compute-cluster scheduling: N nodes (agents) share themselves among learning tasks.
+
+    **Agents** ``node_0 … node_{N-1}``.  In each decision round every node acts once, in
+    index order; after the last node the simulator advances one tick.  Later nodes see
+    earlier nodes' choices this round (``nodes_chosen`` and the mask): this ordering is
+    the autoregressive factorisation of the joint action.
+
+    **Tasks** arrive by a Poisson process (load factor ``load``: expected node-ticks
+    demanded per tick / N) during ``horizon`` ticks; each follows a real learning curve
+    from the trace library, must reach its target loss before its deadline, has a
+    parallelism cap and a sub-linear speed-up ``n**alpha``.  A node that joins a task it
+    did not serve in the previous tick contributes no work that tick (warm-up).
+
+    **Action space** ``Discrete(K + 1)``: ``0 … K-1`` joins the task in that visible slot;
+    ``K`` idles.  Slots hold the K active tasks with the earliest deadlines (ties: earlier
+    arrival, lower id), in that order.
+
+    **Observation space** ``Dict``:
+
+    * ``observation`` ``Box(-10, 10, (8 + 12K,), float32)``: the node features
+      :data:`NODE_FEATURES` followed by K rows of :data:`SLOT_FEATURES` (empty slots are
+      all zero).
+    * ``action_mask`` ``Box(0, 1, (K + 1,), int8)``: empty slots and slots whose task
+      already has ``cap`` nodes chosen this round are 0; idle is always 1.
+    * ``state`` ``Box(-10, 10, (8 + 12K + 4,), float32)``: the observation plus
+      :data:`QUEUE_FEATURES` summarising active tasks beyond the visible slots (for a
+      centralized critic).
+
+    **Reward** (team; every node gets it at the end of a round): ``+1`` per task that
+    completed in the tick, plus ``shaping * (Phi(s') - Phi(s))`` where Phi sums the
+    normalised progress ``log(L0/L) / log(L0/target)`` of active tasks (0 for tasks that
+    left, and 0 at the end of the episode).  With gamma = 1 an episode's shaped return
+    equals its number of completions exactly.
+
+    **Invalid actions**: an action outside ``Discrete(K + 1)`` raises
+    :class:`InvalidActionError`.  A masked-out action counts as idle and is reported in
+    ``infos[agent]`` (``masked_action``, ``masked_actions_total``); with ``strict=True`` it
+    raises instead, naming agent, action and mask.
+
+    **Termination**: when arrivals are over and every task has completed or expired.
+    **Truncation**: after ``max_cycles`` decision rounds, if set.
+
+    **Config**: keyword arguments or ``config=`` (dict or :class:`ClusterConfig`);
+    ``trace_set=`` passes an already loaded :class:`TraceSet`.
+    ``render_mode="ansi"`` renders the cluster and the queue as text.
+
+    **Version history**: v0 — initial release.
+    """
+
+    metadata = {
+        "name": "mara_compute_cluster_v0",
+        "render_modes": ["ansi"],
+        "is_parallelizable": True,
+    }
+
+    def __init__(
+        self,
+        config: ClusterConfig | dict[str, Any] | None = None,
+        render_mode: str | None = None,
+        trace_set: TraceSet | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__()
+        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
+            raise ValueError(f"render_mode {render_mode!r}; expected one of ['ansi'] or None")
+        self.render_mode = render_mode
+        self.config = _make_config(config, kwargs)
+        self.engine = ClusterEngine(self.config, trace_set)
+        self.possible_agents = list(self.engine.agents)
+        self._index = {a: i for i, a in enumerate(self.possible_agents)}
+        self.observation_spaces = {a: self.engine.observation_space for a in self.possible_agents}
+        self.action_spaces = {a: self.engine.action_space for a in self.possible_agents}
+
+    def observation_space(self, agent: str) -> gymnasium.Space:
+        return self.observation_spaces[agent]
+
+    def action_space(self, agent: str) -> gymnasium.Space:
+        return self.action_spaces[agent]
+
+    def reset(self, seed: int | None = None, options: dict | None = None) -> None:
+        self.engine.reset(seed)
+        self.agents = list(self.possible_agents)
+        self.rewards = dict.fromkeys(self.agents, 0.0)
+        self._cumulative_rewards = dict.fromkeys(self.agents, 0.0)
+        self.terminations = dict.fromkeys(self.agents, False)
+        self.truncations = dict.fromkeys(self.agents, False)
+        self.infos = {a: {} for a in self.agents}
+        self.agent_selection = self.agents[0]
+
+    def observe(self, agent: str) -> dict[str, np.ndarray]:
+        return self.engine.observe(self._index[agent])
+
+    def state(self) -> np.ndarray:
+        return self.engine.observe(self._index[self.agent_selection])["state"]
+
+    def step(self, action: Any) -> None:
+        agent = self.agent_selection
+        if self.terminations[agent] or self.truncations[agent]:
+            self._was_dead_step(action)
+            return
+        i = self._index[agent]
+        self._cumulative_rewards[agent] = 0.0
+        report = self.engine.act(i, action)
+        self.infos[agent] = report or {}
+        if i == len(self.possible_agents) - 1:
+            reward, summary = self.engine.end_round()
+            self.rewards = dict.fromkeys(self.agents, reward)
+            if self.engine.finished:
+                done = self.engine.sim.done
+                metrics = self.engine.sim.metrics()
+                for a in self.agents:
+                    self.terminations[a] = done
+                    self.truncations[a] = not done
+                    self.infos[a] = {**self.infos[a], "episode": metrics}
+            self.agent_selection = self.agents[0]
+        else:
+            self._clear_rewards()
+            self.agent_selection = self.possible_agents[i + 1]
+        self._accumulate_rewards()
+
+    def render(self) -> str | None:
+        if self.render_mode is None:
+            gymnasium.logger.warn("render() called without a render_mode; pass render_mode='ansi'")
+            return None
+        return self.engine.render_ansi()
+
+
+class parallel_raw_env(ParallelEnv):
+    """The same environment with all nodes choosing at once (see :class:`raw_env`).
+
+    Actions are applied in node order, so a choice that became invalid because earlier
+    nodes filled the task's cap (a collision) counts as idle and is reported in infos.
+    """
+
+    metadata = raw_env.metadata
+
+    def __init__(
+        self,
+        config: ClusterConfig | dict[str, Any] | None = None,
+        render_mode: str | None = None,
+        trace_set: TraceSet | None = None,
+        **kwargs: Any,
+    ) -> None:
+        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
+            raise ValueError(f"render_mode {render_mode!r}; expected one of ['ansi'] or None")
+        self.render_mode = render_mode
+        self.config = _make_config(config, kwargs)
+        self.engine = ClusterEngine(self.config, trace_set)
+        self.possible_agents = list(self.engine.agents)
+        self.agents: list[str] = []
+
+    def observation_space(self, agent: str) -> gymnasium.Space:
+        return self.engine.observation_space
+
+    def action_space(self, agent: str) -> gymnasium.Space:
+        return self.engine.action_space
+
+    def reset(self, seed: int | None = None, options: dict | None = None):
+        self.engine.reset(seed)
+        self.agents = list(self.possible_agents)
+        return self._observations(), {a: {} for a in self.agents}
+
+    def _observations(self) -> dict[str, dict[str, np.ndarray]]:
+        # Everyone observes the round's start: they choose simultaneously.
+        return {a: self.engine.observe(i) for i, a in enumerate(self.agents)}
+
+    def state(self) -> np.ndarray:
+        return self.engine.observe(0)["state"]
+
+    def step(self, actions: dict[str, Any]):
+        infos: dict[str, dict[str, Any]] = {a: {} for a in self.agents}
+        for i, agent in enumerate(self.possible_agents):
+            if agent in actions:
+                infos[agent] = self.engine.act(i, actions[agent]) or {}
+        reward, _ = self.engine.end_round()
+        rewards = dict.fromkeys(self.agents, reward)
+        done, trunc = self.engine.sim.done, self.engine.truncated
+        terminations = dict.fromkeys(self.agents, done)
+        truncations = dict.fromkeys(self.agents, trunc and not done)
+        observations = self._observations()
+        if done or trunc:
+            metrics = self.engine.sim.metrics()
+            infos = {a: {**infos[a], "episode": metrics} for a in self.agents}
+            self.agents = []
+        return observations, rewards, terminations, truncations, infos
+
+    def render(self) -> str | None:
+        if self.render_mode is None:
+            gymnasium.logger.warn("render() called without a render_mode; pass render_mode='ansi'")
+            return None
+        return self.engine.render_ansi()
+
+
+def env(**kwargs: Any) -> AECEnv:
+    """The AEC environment wrapped in PettingZoo's standard wrappers."""
+    e = raw_env(**kwargs)
+    e = wrappers.AssertOutOfBoundsWrapper(e)
+    return wrappers.OrderEnforcingWrapper(e)
+
+
+def parallel_env(**kwargs: Any) -> ParallelEnv:
+    """The parallel (simultaneous-choice) environment."""
+    return parallel_raw_env(**kwargs)
