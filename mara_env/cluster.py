@@ -8,6 +8,7 @@ work, reports losses from the real traces, and retires completed and expired tas
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -50,6 +51,12 @@ class ClusterSim:
         self.config = config
         self.traces = traces
         self.workload: Workload | None = None
+        # One sorted key over all traces (trace index + step / scale) turns "last
+        # logged point at or below this work" into a single vectorised searchsorted.
+        lengths = np.diff(traces.offsets)
+        self._scale = traces.steps[traces.offsets[1:] - 1] * (1 + 1e-9) + 1e-12
+        row_trace = np.repeat(np.arange(len(traces)), lengths)
+        self._key = row_trace + traces.steps / self._scale[row_trace]
 
     # ---- episode lifecycle -------------------------------------------------------
     def reset(self, rng: np.random.Generator, workload: Workload | None = None) -> None:
@@ -67,6 +74,7 @@ class ClusterSim:
         self.node_task = np.full(self.config.num_nodes, -1, np.int64)
         self.hist_work: list[list[float]] = [[] for _ in range(n)]
         self.hist_loss: list[list[float]] = [[] for _ in range(n)]
+        self.slope = np.zeros(n)  # d log loss / d log work over the last reports
         self.finish_tick = np.full(n, -1, np.int64)
         self.node_ticks_used = np.zeros(n, np.int64)
         self.warmup_used = np.zeros(n, np.int64)
@@ -136,14 +144,17 @@ class ClusterSim:
             self.stats.warmup_node_ticks += int(joins.sum())
 
         progressed = np.flatnonzero(gain > 0)
-        for k in progressed:
-            a, b = self.traces.offsets[wl.trace[k]], self.traces.offsets[wl.trace[k] + 1]
-            j = int(np.searchsorted(self.traces.steps[a:b], self.work[k], side="right")) - 1
-            j = max(j, 0)
-            self.rep_idx[k] = j
-            self.reported[k] = self.traces.loss[a + j]
-            self.hist_work[k].append(float(self.work[k]))
-            self.hist_loss[k].append(float(self.reported[k]))
+        if len(progressed):
+            tr = wl.trace[progressed]
+            frac = np.minimum(self.work[progressed] / self._scale[tr], 1 - 1e-12)
+            row = np.searchsorted(self._key, tr + frac, side="right") - 1
+            row = np.maximum(row, self.traces.offsets[tr])
+            self.rep_idx[progressed] = row - self.traces.offsets[tr]
+            self.reported[progressed] = self.traces.loss[row]
+            for k, w, loss in zip(progressed, self.work[progressed], self.reported[progressed]):
+                self.hist_work[k].append(float(w))
+                self.hist_loss[k].append(float(loss))
+                self.slope[k] = _recent_slope(self.hist_work[k], self.hist_loss[k])
 
         self.t += 1
         self.nodes_now = total
@@ -156,9 +167,13 @@ class ClusterSim:
         gone = np.concatenate([completed, expired])
         self.finish_tick[gone] = self.t
         self.nodes_now[gone] = 0
-        self.node_task = np.where(busy & (self.status[np.maximum(assign, 0)] == ACTIVE), assign, -1)
+        still = np.zeros(self.config.num_nodes, bool)
+        still[busy] = self.status[assign[busy]] == ACTIVE
+        self.node_task = np.where(still, assign, -1)
         arrived = self._arrive()
-        return TickResult(completed=completed, expired=expired, arrived=arrived, reported=progressed)
+        return TickResult(
+            completed=completed, expired=expired, arrived=arrived, reported=progressed
+        )
 
     # ---- derived quantities --------------------------------------------------------
     def progress(self, tasks: np.ndarray) -> np.ndarray:
@@ -201,3 +216,14 @@ class ClusterSim:
             "reassignments": s.reassignments,
             "ticks": self.t,
         }
+
+
+def _recent_slope(work: list[float], loss: list[float], lag: int = 4) -> float:
+    """d log loss / d log work between the last report and ``lag`` reports earlier."""
+    if len(work) < 2:
+        return 0.0
+    j = max(0, len(work) - 1 - lag)
+    if work[j] <= 0 or work[-1] <= work[j]:
+        return 0.0
+    dl = math.log(max(loss[-1], LOSS_FLOOR)) - math.log(max(loss[j], LOSS_FLOOR))
+    return max(-5.0, min(1.0, dl / (math.log(work[-1]) - math.log(work[j]))))

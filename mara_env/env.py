@@ -76,6 +76,10 @@ class ClusterEngine:
             }
         )
         self.action_space = spaces.Discrete(k + 1)
+        # flat positions of the two per-node slot columns inside observation/state
+        rows = len(NODE_FEATURES) + np.arange(k) * len(SLOT_FEATURES)
+        self._chosen_at = rows + _SLOT["nodes_chosen"]
+        self._mine_at = rows + _SLOT["is_mine"]
 
     # ---- lifecycle -------------------------------------------------------------
     def reset(self, seed: int | None) -> None:
@@ -94,7 +98,7 @@ class ClusterEngine:
     def finished(self) -> bool:
         return self.sim.done or self.truncated
 
-    def _begin_round(self) -> None:
+    def _begin_round(self, phi: float | None = None) -> None:
         cfg, sim = self.config, self.sim
         wl = sim.workload
         act = sim.active()
@@ -105,11 +109,25 @@ class ClusterEngine:
         self.queued = act[order][cfg.num_slots :]
         self.slot_cap = np.zeros(cfg.num_slots, np.int64)
         self.slot_cap[: len(visible)] = wl.cap[visible]
-        self.slots = self._slot_matrix(visible)
         self.chosen = np.zeros(cfg.num_slots, np.int64)
         self.assign = np.full(cfg.num_nodes, -1, np.int64)
-        self.phi = sim.potential()
-        self.position = 0
+        self._mask = np.ones(cfg.num_slots + 1, np.int8)
+        self._mask[:-1] = self.slot_tasks >= 0
+        self._inv_cap = 1.0 / np.maximum(self.slot_cap, 1)
+        # Everything that does not depend on the acting node is computed once a round;
+        # observe() then only fills in the node's own features and the round's choices.
+        n_node = len(NODE_FEATURES)
+        base = np.zeros(self.state_dim, np.float32)
+        base[4:8] = [
+            (sim.node_task >= 0).mean(),
+            (len(visible) + len(self.queued)) / cfg.num_slots,
+            len(self.queued) / cfg.num_slots,
+            sim.t / cfg.horizon,
+        ]
+        base[n_node : self.obs_dim] = self._slot_matrix(visible).ravel()
+        base[self.obs_dim :] = self._queue_features()
+        self._base = np.clip(base, -OBS_LIMIT, OBS_LIMIT)
+        self.phi = sim.potential() if phi is None else phi
 
     def _slot_matrix(self, tasks: np.ndarray) -> np.ndarray:
         cfg, sim = self.config, self.sim
@@ -123,7 +141,7 @@ class ClusterEngine:
         log_loss = np.log(np.maximum(sim.reported[tasks], LOSS_FLOOR))
         f[:s, _SLOT["occupied"]] = 1.0
         f[:s, _SLOT["log_loss_ratio"]] = np.clip(log_loss - sim._log_target[tasks], -5, 5)
-        f[:s, _SLOT["slope"]] = [self._slope(k) for k in tasks]
+        f[:s, _SLOT["slope"]] = sim.slope[tasks]
         f[:s, _SLOT["progress"]] = sim.progress(tasks)
         f[:s, _SLOT["service"]] = sim.work[tasks] / ref_rate / 20.0
         f[:s, _SLOT["time_left"]] = (wl.deadline[tasks] - t) / 20.0
@@ -133,52 +151,26 @@ class ClusterEngine:
         f[:s, _SLOT["alpha"]] = wl.alpha[tasks]
         return np.clip(f, -OBS_LIMIT, OBS_LIMIT)
 
-    def _slope(self, k: int, lag: int = 4) -> float:
-        w, loss = self.sim.hist_work[k], self.sim.hist_loss[k]
-        if len(w) < 2:
-            return 0.0
-        j = max(0, len(w) - 1 - lag)
-        dw = np.log(w[-1]) - np.log(max(w[j], 1e-12))
-        if dw <= 0:
-            return 0.0
-        dl = np.log(max(loss[-1], LOSS_FLOOR)) - np.log(max(loss[j], LOSS_FLOOR))
-        return float(np.clip(dl / dw, -5.0, 1.0))
-
     # ---- per-node views ------------------------------------------------------------
     def mask(self) -> np.ndarray:
         """Action mask (int8) for the node about to choose in this round."""
-        m = np.ones(self.config.num_slots + 1, np.int8)
-        m[:-1] = (self.slot_tasks >= 0) & (self.chosen < self.slot_cap)
-        return m
+        return self._mask.copy()
 
     def observe(self, i: int) -> dict[str, np.ndarray]:
         """Observation of node ``i`` given the choices made so far in this round."""
-        cfg, sim = self.config, self.sim
-        k = cfg.num_slots
-        mine = sim.node_task[i]
-        slots = self.slots.copy()
-        caps = np.maximum(self.slot_cap, 1)
-        slots[:, _SLOT["nodes_chosen"]] = self.chosen / caps
-        slots[:, _SLOT["is_mine"]] = (self.slot_tasks == mine) & (mine >= 0)
-        n_act = len(self.queued) + int((self.slot_tasks >= 0).sum())
-        node = np.array(
-            [
-                mine >= 0,
-                mine >= 0 and bool((self.slot_tasks == mine).any()),
-                i / cfg.num_nodes,
-                (cfg.num_nodes - 1 - i) / cfg.num_nodes,
-                (sim.node_task >= 0).mean(),
-                n_act / k,
-                len(self.queued) / k,
-                sim.t / cfg.horizon,
-            ],
-            np.float32,
-        )
-        obs = np.clip(np.concatenate([node, slots.ravel()]), -OBS_LIMIT, OBS_LIMIT)
+        n = self.config.num_nodes
+        mine = self.sim.node_task[i]
+        state = self._base.copy()
+        state[self._chosen_at] = self.chosen * self._inv_cap
+        if mine >= 0:
+            is_mine = self.slot_tasks == mine
+            state[self._mine_at] = is_mine
+            state[:2] = 1.0, float(is_mine.any())
+        state[2:4] = i / n, (n - 1 - i) / n
         return {
-            "observation": obs,
-            "action_mask": self.mask(),
-            "state": np.concatenate([obs, self._queue_features()]),
+            "observation": state[: self.obs_dim].copy(),
+            "action_mask": self._mask.copy(),
+            "state": state,
         }
 
     def _queue_features(self) -> np.ndarray:
@@ -210,9 +202,11 @@ class ClusterEngine:
             )
         if a == k:
             return None
-        if self.slot_tasks[a] >= 0 and self.chosen[a] < self.slot_cap[a]:
+        if self._mask[a]:
             self.chosen[a] += 1
             self.assign[i] = self.slot_tasks[a]
+            if self.chosen[a] >= self.slot_cap[a]:
+                self._mask[a] = 0
             return None
         mask = self.mask()
         if self.config.strict:
@@ -235,16 +229,14 @@ class ClusterEngine:
         phi_next = 0.0 if self.finished else self.sim.potential()
         reward = len(res.completed) + self.config.shaping * (phi_next - self.phi)
         summary = {"tick": self.sim.t, "completed": len(res.completed), "expired": len(res.expired)}
-        self._begin_round()
+        self._begin_round(phi_next)
         return float(reward), summary
 
     def render_ansi(self) -> str:
         """Text picture of the cluster (which slot each node serves) and the queue."""
         sim, wl = self.sim, self.sim.workload
         slot_of = {int(t): s for s, t in enumerate(self.slot_tasks) if t >= 0}
-        nodes = " ".join(
-            "." if t < 0 else str(slot_of.get(int(t), "?")) for t in sim.node_task
-        )
+        nodes = " ".join("." if t < 0 else str(slot_of.get(int(t), "?")) for t in sim.node_task)
         lines = [f"tick {sim.t}  nodes: [{nodes}]  (slot served in the last tick, . idle)"]
         lines.append("slot task  loss/target  progress  left  nodes/cap  chosen")
         for s, k in enumerate(self.slot_tasks):
@@ -262,7 +254,9 @@ class ClusterEngine:
         return "\n".join(lines)
 
 
-def _make_config(config: ClusterConfig | dict[str, Any] | None, kwargs: dict[str, Any]) -> ClusterConfig:
+def _make_config(
+    config: ClusterConfig | dict[str, Any] | None, kwargs: dict[str, Any]
+) -> ClusterConfig:
     if isinstance(config, ClusterConfig):
         return config.replace(**kwargs) if kwargs else config
     return ClusterConfig.from_dict({**(config or {}), **kwargs})
@@ -357,6 +351,7 @@ class raw_env(AECEnv):
         self.truncations = dict.fromkeys(self.agents, False)
         self.infos = {a: {} for a in self.agents}
         self.agent_selection = self.agents[0]
+        self._round_ended = False
 
     def observe(self, agent: str) -> dict[str, np.ndarray]:
         return self.engine.observe(self._index[agent])
@@ -371,22 +366,26 @@ class raw_env(AECEnv):
             return
         i = self._index[agent]
         self._cumulative_rewards[agent] = 0.0
+        if self._round_ended:
+            self._clear_rewards()
+            self._round_ended = False
         report = self.engine.act(i, action)
         self.infos[agent] = report or {}
-        if i == len(self.possible_agents) - 1:
-            reward, summary = self.engine.end_round()
-            self.rewards = dict.fromkeys(self.agents, reward)
-            if self.engine.finished:
-                done = self.engine.sim.done
-                metrics = self.engine.sim.metrics()
-                for a in self.agents:
-                    self.terminations[a] = done
-                    self.truncations[a] = not done
-                    self.infos[a] = {**self.infos[a], "episode": metrics}
-            self.agent_selection = self.agents[0]
-        else:
-            self._clear_rewards()
+        if i < len(self.possible_agents) - 1:
+            # Mid-round steps give no reward: nothing to accumulate.
             self.agent_selection = self.possible_agents[i + 1]
+            return
+        reward, _ = self.engine.end_round()
+        self.rewards = dict.fromkeys(self.agents, reward)
+        self._round_ended = True
+        if self.engine.finished:
+            done = self.engine.sim.done
+            metrics = self.engine.sim.metrics()
+            for a in self.agents:
+                self.terminations[a] = done
+                self.truncations[a] = not done
+                self.infos[a] = {**self.infos[a], "episode": metrics}
+        self.agent_selection = self.agents[0]
         self._accumulate_rewards()
 
     def render(self) -> str | None:

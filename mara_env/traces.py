@@ -110,7 +110,7 @@ def validate_traces(df: pd.DataFrame, origin: str = "<table>") -> pd.DataFrame:
             row = int(np.flatnonzero(bad)[0])
             raise TraceError(
                 f"{origin}: trace {out.at[row, 'trace_id']!r}, row {row}: {col} is "
-                f"{df[col].iloc[row]!r}; expected a finite number"
+                f"{_show(df[col].iloc[row])}; expected a finite number"
             )
         out[col] = values
     negative = out["loss"].to_numpy() < 0
@@ -166,6 +166,13 @@ def validate_traces(df: pd.DataFrame, origin: str = "<table>") -> pd.DataFrame:
     return out[[*REQUIRED_COLUMNS, "split"]]
 
 
+def _show(value: object) -> str:
+    """A cell value as a user would write it (nan, inf, 'text')."""
+    if isinstance(value, (float, np.floating, int, np.integer)):
+        return f"{float(value):g}"
+    return repr(value)
+
+
 def hash_split(source: str, val: float = 0.15, test: float = 0.15) -> str:
     """Stable split of a source name: the same source always lands in the same split."""
     u = int(hashlib.sha256(source.encode()).hexdigest()[:8], 16) / 0xFFFFFFFF
@@ -209,7 +216,9 @@ def import_traces(
     dup = merged.loc[starts, "trace_id"].duplicated()
     if dup.any():
         tid = merged.loc[starts, "trace_id"][dup].iloc[0]
-        raise TraceError(f"{out}: trace id {tid!r} occurs in more than one input; ids must be unique")
+        raise TraceError(
+            f"{out}: trace id {tid!r} occurs in more than one input; ids must be unique"
+        )
     write_traces(merged, out)
     return merged
 

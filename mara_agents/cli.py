@@ -1,0 +1,75 @@
+"""The ``mara`` command line: one entry point, one sub-command per job.
+
+Each sub-command lives in its own module exposing ``add_arguments(parser)`` and
+``run(args) -> int`` (a command with sub-commands of its own, like ``mara traces``,
+adds sub-parsers that set ``_run`` themselves).  Modules are imported only when their
+command runs, so ``mara --help`` and ``mara simulate`` start fast (no torch, no ray).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# command name -> (module, one-line help)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "simulate": ("mara_agents.commands.simulate", "run schedulers on the simulator, print a table"),
+    "evaluate": ("mara_agents.commands.evaluate", "compare schedulers on the same episodes"),
+    "traces": ("mara_agents.commands.traces", "collect, import and inspect trace libraries"),
+    "train": (
+        "mara_agents.commands.train",
+        "train a MARA policy from an experiment YAML (RLlib PPO)",
+    ),
+    "export": (
+        "mara_agents.commands.export",
+        "export a training checkpoint to a torch-only policy file",
+    ),
+}
+
+
+def _add_command(sub: argparse._SubParsersAction, name: str, module: str, help_: str) -> None:
+    mod = importlib.import_module(module)
+    p = sub.add_parser(
+        name,
+        help=help_,
+        description=(mod.__doc__ or help_).strip(),
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    p.set_defaults(_run=getattr(mod, "run", None))
+    mod.add_arguments(p)
+
+
+def build_parser(argv: list[str]) -> argparse.ArgumentParser:
+    """The parser; only the chosen command's module is imported."""
+    parser = argparse.ArgumentParser(
+        prog="mara",
+        description="MARA: schedule compute nodes among learning tasks with deadlines.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    wanted = next((a for a in argv if not a.startswith("-")), None)
+    for name, (module, help_) in COMMANDS.items():
+        if wanted == name:
+            _add_command(sub, name, module, help_)
+        else:
+            sub.add_parser(name, help=help_)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``mara`` console script."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(argv)
+    args = parser.parse_args(argv)
+    if not getattr(args, "_run", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args._run(args) or 0)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

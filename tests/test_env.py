@@ -1,0 +1,159 @@
+"""The PettingZoo environment: API conformance, spaces, invalid actions, rendering."""
+
+from __future__ import annotations
+
+import functools
+import types
+
+import numpy as np
+import pettingzoo
+import pytest
+from pettingzoo.test import api_test, max_cycles_test, parallel_api_test, seed_test
+from pettingzoo.test.seed_test import parallel_seed_test
+
+import mara_env
+from mara_env.env import InvalidActionError, env, parallel_env, raw_env
+from tests.conftest import SMALL
+
+
+def _module(**kw):
+    return types.SimpleNamespace(
+        env=functools.partial(env, **kw), parallel_env=functools.partial(parallel_env, **kw)
+    )
+
+
+def test_api_test_passes():
+    api_test(env(**SMALL), num_cycles=300)
+
+
+def test_parallel_api_test_passes():
+    parallel_api_test(parallel_env(**SMALL), num_cycles=300)
+
+
+def test_seed_tests_pass():
+    seed_test(functools.partial(env, **SMALL), num_cycles=200)
+    parallel_seed_test(functools.partial(parallel_env, **SMALL))
+
+
+def test_max_cycles_test_passes():
+    max_cycles_test(_module(**SMALL))
+
+
+def test_registered_in_pettingzoo_registry():
+    e = pettingzoo.make("aec", mara_env.ENV_ID, **SMALL)
+    e.reset(seed=0)
+    assert e.unwrapped.metadata["name"] == "mara_compute_cluster_v0"
+    p = pettingzoo.make("parallel", mara_env.ENV_ID, **SMALL)
+    obs, _ = p.reset(seed=0)
+    assert set(obs) == set(p.possible_agents)
+
+
+def test_spaces_are_stable_objects_and_mask_is_int8():
+    e = raw_env(**SMALL)
+    e.reset(seed=1)
+    a = e.possible_agents[0]
+    assert e.observation_space(a) is e.observation_space(a)
+    assert e.action_space(a) is e.action_space(a)
+    obs = e.observe(a)
+    assert obs["action_mask"].dtype == np.int8
+    assert obs["action_mask"][-1] == 1
+    assert e.observation_space(a).contains(obs)
+
+
+def _first_masked_slot(obs):
+    masked = np.flatnonzero(obs["action_mask"][:-1] == 0)
+    return int(masked[0]) if len(masked) else None
+
+
+def test_masked_action_counts_as_idle_and_is_reported():
+    e = raw_env(**SMALL)
+    e.reset(seed=3)
+    last = e.possible_agents[-1]
+    for agent in e.agent_iter(500):
+        obs, *_ = e.last()
+        slot = _first_masked_slot(obs)
+        if slot is not None and agent != last:
+            e.step(slot)
+            info = e.infos[agent]
+            assert info["masked_action"] == slot
+            assert info["masked_actions_total"] == 1
+            assert e.engine.assign[e.possible_agents.index(agent)] == -1  # served as idle
+            return
+        e.step(len(obs["action_mask"]) - 1)
+    pytest.fail("no masked slot seen")
+
+
+def test_strict_mode_raises_naming_agent_action_and_mask():
+    e = raw_env(**SMALL, strict=True)
+    e.reset(seed=3)
+    for agent in e.agent_iter(500):
+        obs, *_ = e.last()
+        slot = _first_masked_slot(obs)
+        if slot is not None:
+            with pytest.raises(InvalidActionError, match=rf"{agent}: action {slot} is masked out"):
+                e.step(slot)
+            return
+        e.step(len(obs["action_mask"]) - 1)
+    pytest.fail("no masked slot seen")
+
+
+@pytest.mark.parametrize("action", [-1, 99, 1.5, "x", None])
+def test_action_outside_space_always_raises(action):
+    e = raw_env(**SMALL)
+    e.reset(seed=0)
+    with pytest.raises(InvalidActionError, match="node_0"):
+        e.step(action)
+
+
+def test_parallel_collision_is_idle_and_reported():
+    p = parallel_env(**{**SMALL, "num_nodes": 8, "cap_choices": [1]})
+    obs, _ = p.reset(seed=0)
+    for _ in range(50):
+        first = obs[p.agents[0]]
+        valid = np.flatnonzero(first["action_mask"][:-1])
+        if len(valid):
+            actions = dict.fromkeys(p.agents, int(valid[0]))  # all want one cap-1 task
+            obs, _, _, _, infos = p.step(actions)
+            assert "masked_action" not in infos["node_0"]
+            assert all(infos[a]["masked_action"] == valid[0] for a in p.possible_agents[1:])
+            return
+        obs, *_ = p.step({a: len(first["action_mask"]) - 1 for a in p.agents})
+    pytest.fail("no task appeared")
+
+
+def test_render_ansi_shows_cluster_and_queue():
+    e = raw_env(**SMALL, render_mode="ansi")
+    e.reset(seed=2)
+    for _ in range(3 * SMALL["num_nodes"]):
+        obs, *_ = e.last()
+        valid = np.flatnonzero(obs["action_mask"])
+        e.step(int(valid[0]))
+    text = e.render()
+    assert text.startswith("tick 3")
+    assert "nodes: [" in text and "loss/target" in text
+
+
+def test_same_seed_same_episode():
+    def rollout(seed):
+        e = raw_env(**SMALL)
+        e.reset(seed=seed)
+        rng = np.random.default_rng(0)
+        out = []
+        for agent in e.agent_iter():
+            obs, r, term, trunc, _ = e.last()
+            out.append((agent, obs["observation"].tobytes(), r))
+            if term or trunc:
+                e.step(None)
+            else:
+                e.step(int(rng.choice(np.flatnonzero(obs["action_mask"]))))
+        return out, e.unwrapped.engine.sim.metrics()
+
+    assert rollout(7) == rollout(7)
+    assert rollout(7)[1] != rollout(8)[1] or rollout(7)[0] != rollout(8)[0]
+
+
+def test_unknown_config_key_is_rejected_by_name():
+    with pytest.raises(mara_env.ConfigError, match=r"unknown key\(s\) \['nodes'\]"):
+        raw_env(nodes=4)
+    with pytest.raises(mara_env.ConfigError, match="num_nodes=0"):
+        raw_env(num_nodes=0)

@@ -1,0 +1,153 @@
+"""Trace files: validation of bad input, import (CSV/Parquet/TensorBoard), splits."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from mara_env.traces import (
+    MIN_POINTS,
+    TraceError,
+    TraceSet,
+    hash_split,
+    import_traces,
+    read_traces,
+    smooth_curve,
+    validate_traces,
+)
+
+
+def _table(n_traces=2, points=12):
+    rows = []
+    for t in range(n_traces):
+        for s in range(points):
+            rows.append((f"t{t}", "tabular", f"src{t}", float(s + 1), 2.0 / (s + 1) ** 0.5))
+    return pd.DataFrame(rows, columns=["trace_id", "family", "source", "step", "loss"])
+
+
+def _write(df, path):
+    if path.suffix == ".csv":
+        df.to_csv(path, index=False)
+    else:
+        df.to_parquet(path, index=False)
+    return path
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".parquet"])
+def test_import_round_trip(tmp_path, suffix):
+    src = _write(_table(), tmp_path / f"in{suffix}")
+    out = tmp_path / "lib.parquet"
+    import_traces([src], out)
+    back = read_traces(out)
+    assert list(back.columns) == ["trace_id", "family", "source", "step", "loss", "split"]
+    assert back["trace_id"].nunique() == 2 and len(back) == 24
+
+
+def _corrupt(kind):
+    df = _table()
+    if kind == "missing":
+        return df.drop(columns=["loss"]), r"missing column\(s\) \['loss'\]"
+    if kind == "nan":
+        df.loc[5, "loss"] = np.nan
+        return df, r"trace 't0', row 5: loss is nan; expected a finite number"
+    if kind == "inf":
+        df.loc[14, "step"] = np.inf
+        return df, r"trace 't1', row 14: step is inf"
+    if kind == "unsorted":
+        df.loc[3, "step"] = 1.0
+        return df, r"trace 't0', row 3: step 1 does not increase"
+    if kind == "negative":
+        df.loc[7, "loss"] = -0.5
+        return df, r"trace 't0', row 7: loss -0.5 is negative"
+    if kind == "short":
+        return df.iloc[: 12 + MIN_POINTS - 1], rf"trace 't1', row 12: has {MIN_POINTS - 1} point"
+    if kind == "interleaved":
+        return pd.concat([df.iloc[:6], df.iloc[12:], df.iloc[6:12]]), "not contiguous"
+    if kind == "empty":
+        return df.iloc[:0], "no rows"
+    raise AssertionError(kind)
+
+
+KINDS = ["missing", "nan", "inf", "unsorted", "negative", "short", "interleaved", "empty"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_bad_input_is_rejected_naming_file_trace_and_row(tmp_path, kind):
+    df, message = _corrupt(kind)
+    src = _write(df, tmp_path / "bad.csv")
+    with pytest.raises(TraceError, match=message) as exc:
+        read_traces(src)
+    assert "bad.csv" in str(exc.value)
+
+
+@pytest.mark.parametrize("kind", ["nan", "unsorted", "missing"])
+def test_failed_import_leaves_library_untouched(tmp_path, kind):
+    lib = tmp_path / "lib.parquet"
+    import_traces([_write(_table(), tmp_path / "good.csv")], lib)
+    before = lib.read_bytes()
+    df, _ = _corrupt(kind)
+    df["trace_id"] = df["trace_id"].astype(str) + "-new" if "trace_id" in df else None
+    with pytest.raises(TraceError):
+        import_traces([_write(df, tmp_path / "bad.csv")], lib)
+    assert lib.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.csv", "good.csv", "lib.parquet"]
+
+
+def test_duplicate_trace_ids_across_inputs_rejected(tmp_path):
+    a = _write(_table(), tmp_path / "a.csv")
+    with pytest.raises(TraceError, match="occurs in more than one input"):
+        import_traces([a, a], tmp_path / "lib.parquet")
+
+
+def test_missing_and_unknown_files(tmp_path):
+    with pytest.raises(TraceError, match="no such trace file"):
+        read_traces(tmp_path / "nope.parquet")
+    (tmp_path / "x.txt").write_text("hello")
+    with pytest.raises(TraceError, match="unknown trace file type"):
+        read_traces(tmp_path / "x.txt")
+    (tmp_path / "broken.parquet").write_bytes(b"not parquet at all")
+    with pytest.raises(TraceError, match="not a readable Parquet file"):
+        read_traces(tmp_path / "broken.parquet")
+
+
+def test_tensorboard_import(tmp_path):
+    from tensorboardX import SummaryWriter
+
+    w = SummaryWriter(str(tmp_path / "run1"))
+    for step in range(1, 30):
+        w.add_scalar("train/loss", 3.0 / step, step)
+        w.add_scalar("lr", 0.1, step)
+    w.close()
+    with pytest.raises(TraceError, match="several scalar tags"):
+        read_traces(tmp_path / "run1")
+    with pytest.raises(TraceError, match="no scalar tag 'val/loss'"):
+        read_traces(tmp_path / "run1", tag="val/loss")
+    df = read_traces(tmp_path / "run1", tag="train/loss")
+    assert len(df) == 29 and df["loss"].iloc[-1] == pytest.approx(3.0 / 29)
+
+
+def test_split_is_a_stable_function_of_source():
+    assert hash_split("dataset=iris;seed=1") == hash_split("dataset=iris;seed=1")
+    splits = {hash_split(f"s{i}") for i in range(200)}
+    assert splits == {"train", "val", "test"}
+    bad = validate_traces(_table()).assign(split="holdout")
+    with pytest.raises(TraceError, match="split 'holdout' is not one of"):
+        validate_traces(bad)
+
+
+def test_smoothed_curve_is_monotone_and_reachable():
+    rng = np.random.default_rng(0)
+    loss = np.exp(-np.linspace(0, 3, 100) + rng.normal(0, 0.1, 100))
+    smooth = smooth_curve(loss)
+    assert (np.diff(smooth) <= 1e-12).all()
+    # every smoothed value is reached by some raw point no later than the window allows
+    for j in range(len(loss)):
+        assert (loss[: j + 3] <= smooth[j] + 1e-12).any()
+
+
+def test_traceset_subset_keeps_curves():
+    ts = TraceSet.from_frame(validate_traces(_table(3)))
+    sub = ts.subset(np.array([False, True, True]))
+    assert list(sub.ids) == ["t1", "t2"]
+    np.testing.assert_array_equal(sub.trace(0)[1], ts.trace(1)[1])
