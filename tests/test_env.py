@@ -157,3 +157,15 @@ def test_unknown_config_key_is_rejected_by_name():
         raw_env(nodes=4)
     with pytest.raises(mara_env.ConfigError, match="num_nodes=0"):
         raw_env(num_nodes=0)
+
+
+def test_mara_env_imports_neither_torch_nor_ray():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, mara_env, mara_env.schedulers, mara_env.env; "
+        "bad = [m for m in ('torch', 'ray') if m in sys.modules]; "
+        "assert not bad, bad"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)

@@ -1,0 +1,126 @@
+"""Versioned checkpoints of the flow predictor, and the loader of the shipped one.
+
+A checkpoint is a ``torch.save`` dict whose header fields are plain Python values:
+``format`` (:data:`FORMAT`), ``version`` (:data:`VERSION`), ``grids`` (the condition
+grid, future ratios and summary-statistic names it was trained on), ``norm``
+(normalisation), ``model_config``, ``state_dict`` and ``calibration`` (the ``spread``
+fitted on the validation split); training checkpoints add
+``train`` (epoch, optimiser state, metrics, arguments) so ``--resume`` can continue.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from flow_predictor.features import COND_GRID, FUTURE_RATIOS, STAT_NAMES
+from flow_predictor.flow import FlowPredictor, Normalisation
+from flow_predictor.model import FlowConfig, VelocityNet
+
+FORMAT = "mara-flow-predictor"
+VERSION = 1
+SHIPPED_CHECKPOINT = Path(__file__).parent / "checkpoints" / "flow_v1.pt"
+
+
+class CheckpointError(ValueError):
+    """A checkpoint is missing, unreadable or incompatible; the message names file and cause."""
+
+
+def current_grids() -> dict[str, list]:
+    """The grids this code featurises with (a checkpoint must match them exactly)."""
+    return {
+        "cond_grid": COND_GRID.tolist(),
+        "future_ratios": FUTURE_RATIOS.tolist(),
+        "stat_names": list(STAT_NAMES),
+    }
+
+
+def save_checkpoint(
+    path: str | os.PathLike,
+    net: VelocityNet,
+    norm: Normalisation,
+    train: dict[str, Any] | None = None,
+    spread: float = 1.0,
+) -> None:
+    """Write a checkpoint atomically (a crash never leaves a half-written file)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    blob = {
+        "format": FORMAT,
+        "version": VERSION,
+        "grids": current_grids(),
+        "norm": norm.to_dict(),
+        "model_config": net.config.to_dict(),
+        "state_dict": net.state_dict(),
+        "calibration": {"spread": float(spread)},
+    }
+    if train is not None:
+        blob["train"] = train
+    tmp = path.with_name(f".{path.name}.tmp")
+    torch.save(blob, tmp)
+    os.replace(tmp, path)
+
+
+def read_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
+    """Load and check a checkpoint's header; raises :class:`CheckpointError`."""
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"{path}: no such checkpoint file")
+    try:
+        blob = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # torch raises many types for truncated or foreign files
+        raise CheckpointError(f"{path}: not a readable torch checkpoint ({exc})") from exc
+    if not isinstance(blob, dict) or blob.get("format") != FORMAT:
+        raise CheckpointError(
+            f"{path}: not a flow-predictor checkpoint (expected a dict with format={FORMAT!r})"
+        )
+    if blob.get("version") != VERSION:
+        raise CheckpointError(
+            f"{path}: checkpoint format version {blob.get('version')!r}; this code reads "
+            f"version {VERSION}. Retrain with `mara predictor train` or use a matching release."
+        )
+    for key in ("grids", "norm", "model_config", "state_dict"):
+        if key not in blob:
+            raise CheckpointError(f"{path}: checkpoint lacks {key!r}")
+    expected = current_grids()
+    for name, want in expected.items():
+        got = blob["grids"].get(name)
+        same = got is not None and len(got) == len(want)
+        if same and name != "stat_names":
+            same = bool(np.allclose(got, want, rtol=1e-9, atol=0))
+        elif same:
+            same = list(got) == want
+        if not same:
+            raise CheckpointError(
+                f"{path}: grid {name!r} does not match this code (expected {len(want)} "
+                f"values {want[0]} … {want[-1]}, found "
+                f"{'none' if got is None else f'{len(got)} values'}); retrain the checkpoint"
+            )
+    return blob
+
+
+def build_net(blob: dict[str, Any], path: str | os.PathLike = "<checkpoint>") -> VelocityNet:
+    """The velocity network described and parameterised by a checkpoint."""
+    try:
+        net = VelocityNet(FlowConfig(**blob["model_config"]))
+        net.load_state_dict(blob["state_dict"])
+    except (TypeError, RuntimeError) as exc:
+        raise CheckpointError(f"{path}: model config and weights do not fit ({exc})") from exc
+    return net
+
+
+def load_predictor(path: str | os.PathLike | None = None, **kwargs: Any) -> FlowPredictor:
+    """The flow predictor stored at ``path`` (default: the checkpoint shipped with the package).
+
+    ``kwargs`` go to :class:`FlowPredictor` (``n_samples``, ``steps``, ``method``, ``seed``,
+    ``spread``; the default spread is the checkpoint's calibrated one).
+    """
+    path = Path(path) if path is not None else SHIPPED_CHECKPOINT
+    blob = read_checkpoint(path)
+    norm = Normalisation.from_dict(blob["norm"])
+    kwargs.setdefault("spread", float(blob.get("calibration", {}).get("spread", 1.0)))
+    return FlowPredictor(build_net(blob, path), norm, **kwargs)

@@ -1,0 +1,182 @@
+"""Featurisation for the flow model: prefix -> condition vector, trace -> future target.
+
+Everything is in log space relative to the task's current state:
+
+* ``ref`` = the lowest log-loss reported so far (the task has not reached its target,
+  so its target lies below ``ref``);
+* condition = the prefix resampled on :data:`COND_GRID` (``log(w / w_c)`` from -4 to 0)
+  as two curves relative to ``ref`` (running minimum, and a 5-point moving average of
+  the raw log-loss), plus :data:`STAT_NAMES` summary statistics;
+* target = the lowest raw log-loss logged after the current work and up to work
+  ``w_c * (1 + r)``, relative to ``ref`` and capped at 0, for ``r`` in
+  :data:`FUTURE_RATIOS` (remaining work / current work, log-spaced 0.01 … 24).  This
+  running minimum is exactly what decides completion: the task completes at the first
+  work where it drops to ``<= log eps - ref``.  The flow generates the trajectory's
+  steps between grid points (:func:`encode_target`), so its samples decode to monotone
+  curves (:func:`decode_target`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from flow_predictor.remaining import LOSS_FLOOR, MIN_RATIO, pad_prefixes
+from flow_predictor.wls import DISCOUNT
+
+COND_GRID = np.linspace(-4.0, 0.0, 24)
+FUTURE_RATIOS = np.geomspace(MIN_RATIO, 24.0, 32)
+STAT_NAMES = (
+    "ref_log_loss",  # lowest log-loss so far / 5
+    "last_minus_ref",  # latest raw log-loss above the minimum (noise / plateau)
+    "first_minus_ref",  # total drop so far
+    "log_reports",  # log(n) / 5
+    "coverage",  # log(w_c / w_1) / 4
+    "log_interval",  # log(w_c / w_{n-1}): spacing of reports
+    "log_work",  # log10(w_c) / 5: absolute scale of work units
+    "slope_all",  # power-law exponent b over the whole prefix
+    "slope_recent",  # b of the discounted (LARA) fit, without ridge
+    "slope_last_half",  # b over reports with w >= w_c / 2
+    "noise",  # std of raw log-loss around its moving average (last 20 reports)
+    "min_age",  # log(w_c / w_argmin): how long since the last improvement
+)
+COND_DIM = 2 * len(COND_GRID) + len(STAT_NAMES)
+TARGET_DIM = len(FUTURE_RATIOS)
+CLIP = 10.0
+
+
+def _weighted_slope(x: np.ndarray, y: np.ndarray, wt: np.ndarray) -> np.ndarray:
+    """Row-wise weighted least-squares exponent ``b`` of ``y = c - b x`` (0 if degenerate)."""
+    tot = np.maximum(wt.sum(axis=1, keepdims=True), 1e-12)
+    dx = x - (wt * x).sum(axis=1, keepdims=True) / tot
+    sxx = (wt * dx * dx).sum(axis=1)
+    sxy = (wt * dx * y).sum(axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(sxx > 1e-12, -sxy / sxx, 0.0)
+
+
+def _interp_rows(grid: np.ndarray, u: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """Row-wise ``np.interp(grid, u[i], v[i])`` for non-decreasing rows ``u``."""
+    w = u.shape[1]
+    if w == 1:
+        return np.repeat(v, len(grid), axis=1)
+    idx = (u[:, None, :] <= grid[None, :, None]).sum(axis=2) - 1
+    j = np.clip(idx, 0, w - 2)
+    u0, u1 = np.take_along_axis(u, j, 1), np.take_along_axis(u, j + 1, 1)
+    v0, v1 = np.take_along_axis(v, j, 1), np.take_along_axis(v, j + 1, 1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        f = np.clip(np.nan_to_num((grid[None, :] - u0) / (u1 - u0)), 0.0, 1.0)
+    return v0 + f * (v1 - v0)
+
+
+def prefix_features(
+    works: Sequence[np.ndarray], losses: Sequence[np.ndarray], chunk: int = 1024
+) -> np.ndarray:
+    """(n_tasks, COND_DIM) condition vectors; every prefix needs at least two reports."""
+    if len(works) > chunk:
+        parts = [
+            prefix_features(works[i : i + chunk], losses[i : i + chunk], chunk)
+            for i in range(0, len(works), chunk)
+        ]
+        return np.concatenate(parts)
+    x, y, valid = pad_prefixes(works, losses)
+    t, w = x.shape
+    n = valid.sum(axis=1)
+    first = w - n
+    rows = np.arange(t)
+    # Edge-fill the left padding with each task's first report: the curves stay flat there.
+    fill = ~valid
+    x = np.where(fill, x[rows, first][:, None], x)
+    y = np.where(fill, y[rows, first][:, None], y)
+    u = x - x[:, -1:]
+    cm = np.minimum.accumulate(y, axis=1)
+    ref = cm[:, -1]
+    padded = np.concatenate([y[:, :1], y[:, :1], y, y[:, -1:], y[:, -1:]], axis=1)
+    ma = sum(padded[:, i : i + w] for i in range(5)) / 5.0
+    age = w - 1 - np.arange(w)
+    g = len(COND_GRID)
+    out = np.zeros((t, COND_DIM))
+    out[:, :g] = _interp_rows(COND_GRID, u, cm) - ref[:, None]
+    out[:, g : 2 * g] = _interp_rows(COND_GRID, u, ma) - ref[:, None]
+    vf = valid.astype(np.float64)
+    tail = vf * (age < 20)[None, :]
+    resid = (y - ma) * tail
+    cnt = np.maximum(tail.sum(axis=1), 1.0)
+    noise = np.sqrt(np.maximum((resid**2).sum(1) / cnt - (resid.sum(1) / cnt) ** 2, 0.0))
+    argmin = np.argmin(np.where(valid, y, np.inf), axis=1)
+    out[:, 2 * g :] = np.stack(
+        [
+            ref / 5.0,
+            y[:, -1] - ref,
+            y[rows, first] - ref,
+            np.log(np.maximum(n, 1)) / 5.0,
+            -u[:, 0] / 4.0,
+            -u[:, -2] if w > 1 else np.zeros(t),
+            x[:, -1] / np.log(10.0) / 5.0,
+            _weighted_slope(x, y, vf),
+            _weighted_slope(x, y, vf * DISCOUNT ** age[None, :]),
+            _weighted_slope(x, y, vf * (u >= -np.log(2.0))),
+            noise,
+            -u[rows, argmin],
+        ],
+        axis=1,
+    )
+    return np.clip(np.nan_to_num(out), -CLIP, CLIP).astype(np.float32)
+
+
+def future_targets(
+    steps: np.ndarray, loss: np.ndarray, current: float, ref: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """(target, valid) of one trace seen up to work ``current`` with lowest log-loss ``ref``.
+
+    ``target[h]`` is the lowest log-loss logged in ``(current, current * (1 + r_h)]``
+    minus ``ref``, capped at 0; ``valid`` is False beyond the trace's last point.
+    """
+    y = np.log(np.maximum(loss, LOSS_FLOOR))
+    i0 = int(np.searchsorted(steps, current, side="right"))
+    ahead = np.minimum.accumulate(y[i0:]) - ref if i0 < len(y) else np.zeros(1)
+    w = current * (1.0 + FUTURE_RATIOS)
+    j = np.searchsorted(steps, w, side="right") - 1 - i0
+    z = np.where(j >= 0, ahead[np.clip(j, 0, len(ahead) - 1)], 0.0)
+    return np.minimum(z, 0.0).astype(np.float32), w <= steps[-1]
+
+
+def reports_at(steps: np.ndarray, loss: np.ndarray, works: np.ndarray) -> np.ndarray:
+    """Loss the simulator reports at each work: the last logged point at or before it."""
+    j = np.searchsorted(steps, works, side="right") - 1
+    return loss[np.maximum(j, 0)]
+
+
+def encode_target(z: np.ndarray) -> np.ndarray:
+    """Trajectory -> its steps between grid points (the flow's sample space)."""
+    return np.diff(z, axis=-1, prepend=0.0)
+
+
+def decode_target(d: np.ndarray) -> np.ndarray:
+    """Steps -> monotone non-increasing trajectory (positive steps are clipped to 0)."""
+    return np.cumsum(np.minimum(d, 0.0), axis=-1)
+
+
+def crossing_ratio(traj: np.ndarray, delta: np.ndarray) -> np.ndarray:
+    """Remaining-work ratio at which each trajectory first drops to ``<= delta``.
+
+    ``traj`` (..., TARGET_DIM) are relative log-loss trajectories on FUTURE_RATIOS,
+    ``delta`` (broadcastable to ``traj[..., 0]``) the relative log target.  The crossing
+    is interpolated linearly in log ratio; ``inf`` if it is not within the grid.
+    """
+    traj = np.minimum.accumulate(traj, axis=-1)
+    delta = np.broadcast_to(delta, traj.shape[:-1])[..., None]
+    below = traj <= delta
+    h = np.argmax(below, axis=-1)
+    hit = below.any(axis=-1)
+    lr = np.log(FUTURE_RATIOS)
+    hp = np.maximum(h - 1, 0)
+    z0 = np.take_along_axis(traj, hp[..., None], -1)[..., 0]
+    z1 = np.take_along_axis(traj, h[..., None], -1)[..., 0]
+    d = delta[..., 0]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        frac = np.clip((z0 - d) / (z0 - z1), 0.0, 1.0)
+    frac = np.nan_to_num(frac, nan=1.0)
+    log_r = np.where(h == 0, lr[0], lr[hp] + frac * (lr[h] - lr[hp]))
+    return np.where(hit, np.exp(log_r), np.inf)

@@ -1,0 +1,150 @@
+"""Remaining-work distributions and the interface every loss-curve predictor shares.
+
+A predictor sees, per task, the reports so far (cumulative work ``w_1 < … < w_n`` and
+the reported loss at each) and a target loss ``eps``; it returns the distribution of the
+**remaining work** until the reported loss first is ``<= eps``, as samples (point
+methods return one sample: a degenerate distribution).
+
+Conventions shared by all predictors:
+
+* current work ``w_c`` is the last reported work;
+* remaining work is at least ``MIN_RATIO * w_c`` (the task has not reached its target
+  yet, so it needs *some* more work; this also avoids log(0) in the metrics);
+* ``inf`` means "not reached" (a power law that does not decrease, an asymptote above
+  the target, or a flow trajectory that does not cross the target within its horizon);
+* ``nan`` together with ``fallback=True`` means "unknown" (fewer than two reports);
+* ``fallback[i]`` is True when task ``i``'s prefix was too short for the method
+  (fewer than :data:`MIN_REPORTS` reports) and the value came from the fallback.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+MIN_REPORTS = 3
+MIN_RATIO = 0.01
+LOSS_FLOOR = 1e-4  # same floor as mara_env.traces: losses are compared as log(max(L, floor))
+
+
+@dataclass(frozen=True)
+class RemainingWork:
+    """Per-task samples of remaining work (``inf``: not reached; ``nan``: unknown)."""
+
+    samples: np.ndarray  # (n_tasks, n_samples)
+    fallback: np.ndarray  # (n_tasks,) bool
+
+    def quantiles(self, qs: Sequence[float]) -> np.ndarray:
+        """(n_tasks, len(qs)) quantiles; ``inf`` where the upper neighbour sample is ``inf``."""
+        x = np.sort(self.samples, axis=1)
+        s = x.shape[1]
+        pos = np.asarray(qs, np.float64) * (s - 1)
+        lo = np.floor(pos).astype(np.int64)
+        hi = np.minimum(lo + 1, s - 1)
+        frac = pos - lo
+        a, b = x[:, lo], x[:, hi]
+        with np.errstate(invalid="ignore"):
+            mid = a + frac * (b - a)
+        return np.where(frac == 0, a, np.where(np.isinf(b), np.inf, mid))
+
+    def median(self) -> np.ndarray:
+        """(n_tasks,) median remaining work."""
+        return self.quantiles([0.5])[:, 0]
+
+    def prob_within(self, budget: np.ndarray | float) -> np.ndarray:
+        """(n_tasks,) probability that the remaining work is ``<= budget`` (nan: unknown)."""
+        budget = np.broadcast_to(np.asarray(budget, np.float64), (len(self.samples),))
+        p = (self.samples <= budget[:, None]).mean(axis=1)
+        return np.where(np.isnan(self.samples).any(axis=1), np.nan, p)
+
+
+class FittedPrefixes(ABC):
+    """A predictor's fit of a batch of prefixes; answers for any targets without refitting."""
+
+    current: np.ndarray  # (n_tasks,) current work w_c
+    fallback: np.ndarray  # (n_tasks,) bool
+
+    @abstractmethod
+    def remaining(self, targets: np.ndarray, tasks: np.ndarray | None = None) -> RemainingWork:
+        """Remaining work to reach ``targets[j]`` for task ``tasks[j]`` (default: task j)."""
+
+    def _tasks(self, targets: np.ndarray, tasks: np.ndarray | None) -> np.ndarray:
+        if tasks is None:
+            if len(targets) != len(self.current):
+                raise ValueError(f"{len(targets)} targets for {len(self.current)} tasks")
+            return np.arange(len(targets))
+        return np.asarray(tasks, np.int64)
+
+
+class RemainingWorkPredictor(ABC):
+    """Predicts remaining work to reach target losses from each task's reports so far."""
+
+    name: str = "predictor"
+
+    @abstractmethod
+    def fit(self, works: Sequence[np.ndarray], losses: Sequence[np.ndarray]) -> FittedPrefixes:
+        """Fit every task's prefix of reports (work, loss)."""
+
+    def predict(
+        self,
+        works: Sequence[np.ndarray],
+        losses: Sequence[np.ndarray],
+        targets: np.ndarray,
+    ) -> RemainingWork:
+        """Remaining-work distribution of every task (``targets``: one eps per task)."""
+        return self.fit(works, losses).remaining(np.asarray(targets, np.float64))
+
+    def predict_remaining(
+        self,
+        works: Sequence[np.ndarray],
+        losses: Sequence[np.ndarray],
+        targets: np.ndarray,
+        quantiles: Sequence[float] = (0.1, 0.5, 0.9),
+    ) -> np.ndarray:
+        """(n_tasks, n_quantiles) remaining-work quantiles."""
+        return self.predict(works, losses, targets).quantiles(quantiles)
+
+    def prob_within(
+        self,
+        works: Sequence[np.ndarray],
+        losses: Sequence[np.ndarray],
+        targets: np.ndarray,
+        budget: np.ndarray | float,
+    ) -> np.ndarray:
+        """(n_tasks,) probability of reaching the target within ``budget`` more work."""
+        return self.predict(works, losses, targets).prob_within(budget)
+
+
+def current_work(works: Sequence[np.ndarray]) -> np.ndarray:
+    """(n_tasks,) last reported work (nan for a task without reports)."""
+    return np.array([w[-1] if len(w) else np.nan for w in works], np.float64)
+
+
+def pad_prefixes(
+    works: Sequence[np.ndarray], losses: Sequence[np.ndarray]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Right-aligned padding: (log work, log loss, valid) arrays of shape (n_tasks, n_max).
+
+    Right alignment puts every task's latest report in the last column.
+    """
+    n = np.array([len(w) for w in works], np.int64)
+    if len(works) != len(losses) or any(len(w) != len(v) for w, v in zip(works, losses)):
+        raise ValueError("works and losses must be sequences of equally long arrays")
+    width = max(int(n.max(initial=0)), 1)
+    lw = np.zeros((len(n), width))
+    ll = np.zeros((len(n), width))
+    valid = np.arange(width)[None, :] >= (width - n)[:, None]
+    for i, (w, lo) in enumerate(zip(works, losses)):
+        if len(w):
+            lw[i, width - len(w) :] = np.log(np.maximum(np.asarray(w, np.float64), 1e-12))
+            ll[i, width - len(w) :] = np.log(np.maximum(np.asarray(lo, np.float64), LOSS_FLOOR))
+    return lw, ll, valid
+
+
+def remaining_from_total(total: np.ndarray, current: np.ndarray) -> np.ndarray:
+    """Remaining work from predicted total work, floored at ``MIN_RATIO * current``."""
+    with np.errstate(invalid="ignore"):
+        return np.where(np.isnan(total), np.nan, np.maximum(total - current, MIN_RATIO * current))

@@ -1,0 +1,367 @@
+"""Baseline schedulers: LARA, the oracle, least-slack greedy (and the registry of all).
+
+LARA (Wang, Yu, Zhao, Zhou, ICML 2024) reconstructed for discrete nodes with warm-up:
+every task's loss curve is fitted online by a discounted ridge weighted-least-squares
+power law ``log L = log a - b log w``; the predicted total work to reach the target
+``eps`` is ``(a / eps) ** (1 / b)``.  A task first *explores* (a uniform share of nodes
+until it has ``explore_reports`` loss reports), then every tick LARA re-plans:
+earliest-deadline order, Moore-Hodgson-style dropping of tasks predicted infeasible,
+the cheapest deadline-meeting node count for the rest, leftovers to the most urgent.
+The oracle runs the same planner on each task's true remaining work.  See
+``docs/baselines.md`` for what is taken from the paper and what is our choice.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from flow_predictor.wls import fit_power_law
+from mara_env.cluster import ClusterSim
+from mara_env.schedulers import SCHEDULERS, Scheduler, edf_order, fill_in_order
+
+# Tuned on the validation split (benchmarks/tune_lara.py, docs/baselines.md).
+DEFAULT_DISCOUNT = 0.9
+DEFAULT_RIDGE = 0.001
+DEFAULT_EXPLORE_REPORTS = 12
+DEFAULT_MARGIN = 0.0
+
+
+class WorkPredictor:
+    """Predicted remaining work per task from its loss reports (fits cached per report)."""
+
+    def __init__(self, discount: float, ridge: float, margin: float, min_reports: int) -> None:
+        self.discount = discount
+        self.ridge = ridge
+        self.margin = margin
+        self.min_reports = max(int(min_reports), 2)
+        self._cache: dict[int, tuple[int, float]] = {}
+
+    def reset(self) -> None:
+        """Forget all fits (new episode)."""
+        self._cache = {}
+
+    def total_work(self, sim: ClusterSim, tasks: np.ndarray) -> np.ndarray:
+        """Predicted total work of ``tasks`` to reach their targets (inf: not predictable)."""
+        total = np.full(len(tasks), np.inf)
+        counts = [len(sim.hist_work[k]) for k in tasks]
+        stale = []
+        for i, (k, n) in enumerate(zip(tasks, counts)):
+            hit = self._cache.get(int(k))
+            if hit is not None and hit[0] == n:
+                total[i] = hit[1]
+            elif n >= self.min_reports:
+                stale.append(i)
+        if stale:
+            ks = tasks[stale]
+            fit = fit_power_law(
+                [np.asarray(sim.hist_work[k]) for k in ks],
+                [np.asarray(sim.hist_loss[k]) for k in ks],
+                self.discount,
+                self.ridge,
+            )
+            total[stale] = fit.predicted_work(sim.workload.target[ks])
+        for k, n, w in zip(tasks, counts, total):
+            self._cache[int(k)] = (n, float(w))
+        return total
+
+    def remaining(self, sim: ClusterSim, tasks: np.ndarray) -> np.ndarray:
+        """Predicted remaining work of ``tasks``, inflated by the safety margin."""
+        total = self.total_work(sim, tasks)
+        return np.maximum(total * (1.0 + self.margin) - sim.work[tasks], 0.0)
+
+
+def ticks_needed(
+    remaining: np.ndarray, nodes: np.ndarray, warm: np.ndarray, rate: np.ndarray, alpha: np.ndarray
+) -> np.ndarray:
+    """Ticks to finish ``remaining`` work on ``nodes`` nodes, ``warm`` of which served last tick.
+
+    Arrays broadcast (tasks along axis 0).  Nodes beyond the warm ones give nothing in
+    their first tick (warm-up); a task needs at least one tick with progress to report.
+    """
+    gain = rate * nodes**alpha
+    warm_gain = np.where(warm > 0, rate * np.maximum(warm, 1) ** alpha, 0.0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        steady = np.maximum(1.0, np.ceil(remaining / gain - 1e-9))
+        after = np.maximum(1.0, np.ceil((remaining - warm_gain) / gain - 1e-9))
+    grow = np.where((warm > 0) & (remaining <= warm_gain), 1.0, 1.0 + after)
+    return np.where(nodes <= warm, steady, grow)
+
+
+@dataclass
+class Plan:
+    """A planner decision for the tasks it was given (all arrays in that order)."""
+
+    counts: np.ndarray  # nodes this tick
+    kept: np.ndarray  # bool: planned to meet its deadline
+    target_nodes: np.ndarray  # cheapest deadline-meeting node count (0 if infeasible)
+
+
+def plan_allocation(
+    remaining: np.ndarray,
+    time_left: np.ndarray,
+    cap: np.ndarray,
+    rate: np.ndarray,
+    alpha: np.ndarray,
+    warm: np.ndarray,
+    num_nodes: int,
+    capacity: int | None = None,
+) -> Plan:
+    """Deadline plan for tasks given in earliest-deadline order.
+
+    1. Each task's cheapest node count ``n*`` (fewest node-ticks, warm-up included) that
+       finishes ``remaining`` within ``time_left``; none within the cap: dropped.
+    2. Moore-Hodgson in EDF order: tasks are admitted one by one; when the kept tasks'
+       ``n*`` no longer fit on ``num_nodes`` at once, or their node-tick demand exceeds
+       ``num_nodes * time_left`` of the task just added, the kept task with the largest
+       ``n*`` (then demand) is dropped.
+    3. This tick: kept tasks get ``n*`` in EDF order within ``capacity`` (default all
+       nodes); leftover nodes, one at a time round-robin in EDF order, first keep kept
+       tasks' warm nodes, then go to kept tasks up to their caps, then to dropped tasks
+       (idle nodes help nobody).
+    """
+    k = len(remaining)
+    capacity = num_nodes if capacity is None else capacity
+    counts = np.zeros(k, np.int64)
+    if k == 0:
+        return Plan(counts, np.zeros(0, bool), counts.copy())
+    n = np.arange(1, int(cap.max()) + 1)[None, :]
+    ticks = ticks_needed(remaining[:, None], n, warm[:, None], rate[:, None], alpha[:, None])
+    ok = (n <= cap[:, None]) & (ticks <= time_left[:, None])
+    cost = np.where(ok, n * ticks, np.inf)
+    best = np.argmin(cost, axis=1)
+    demand = cost[np.arange(k), best]
+    target = np.where(np.isfinite(demand), best + 1, 0)
+
+    kept = np.zeros(k, bool)
+    total = 0.0
+    for i in np.flatnonzero(target > 0):
+        kept[i] = True
+        total += demand[i]
+        if target[kept].sum() > num_nodes or total > num_nodes * time_left[i]:
+            idx = np.flatnonzero(kept)
+            j = int(idx[np.lexsort((demand[idx], target[idx]))[-1]])
+            kept[j] = False
+            total -= demand[j]
+
+    left = capacity
+    for i in np.flatnonzero(kept):
+        counts[i] = min(int(target[i]), left)
+        left -= counts[i]
+    for want in (np.where(kept, np.minimum(warm, cap), 0), np.where(kept, cap, 0), cap):
+        left = _spread(counts, want, left)
+    return Plan(counts, kept, target)
+
+
+def _spread(counts: np.ndarray, want: np.ndarray, left: int) -> int:
+    """Add nodes one at a time round-robin (in index order) up to ``want``; returns nodes left."""
+    while left > 0:
+        room = np.flatnonzero(counts < want)[:left]
+        if not len(room):
+            break
+        counts[room] += 1
+        left -= len(room)
+    return left
+
+
+def explore_counts(sim: ClusterSim, tasks: np.ndarray, reports: int) -> np.ndarray:
+    """Uniform share (at least one node, within caps) for ``tasks`` still exploring."""
+    counts = np.zeros(len(sim.status), np.int64)
+    exploring = tasks[[len(sim.hist_work[k]) < reports for k in tasks]]
+    if not len(exploring):
+        return counts
+    share = max(1, sim.config.num_nodes // max(len(tasks), 1))
+    return fill_in_order(sim, exploring, np.full(len(exploring), share))
+
+
+class LARA(Scheduler):
+    """LARA: WLS power-law prediction, explore-then-exploit, EDF with infeasible dropping."""
+
+    name = "lara"
+
+    def __init__(
+        self,
+        discount: float = DEFAULT_DISCOUNT,
+        ridge: float = DEFAULT_RIDGE,
+        explore_reports: int = DEFAULT_EXPLORE_REPORTS,
+        margin: float = DEFAULT_MARGIN,
+    ) -> None:
+        self.explore_reports = int(explore_reports)
+        self.predictor = WorkPredictor(discount, ridge, margin, explore_reports)
+
+    def reset(self, sim: ClusterSim, rng: np.random.Generator) -> None:
+        super().reset(sim, rng)
+        self.predictor.reset()
+
+    def remaining(self, sim: ClusterSim, tasks: np.ndarray) -> np.ndarray:
+        """Remaining work the planner believes each of ``tasks`` needs."""
+        return self.predictor.remaining(sim, tasks)
+
+    def allocate(self, sim: ClusterSim) -> np.ndarray:
+        order = edf_order(sim)
+        counts = explore_counts(sim, order, self.explore_reports)
+        planned = order[counts[order] == 0]
+        wl = sim.workload
+        plan = plan_allocation(
+            self.remaining(sim, planned),
+            wl.deadline[planned] - sim.t,
+            wl.cap[planned],
+            wl.rate[planned],
+            wl.alpha[planned],
+            warm_nodes(sim, planned),
+            sim.config.num_nodes,
+            capacity=sim.config.num_nodes - int(counts.sum()),
+        )
+        counts[planned] = plan.counts
+        return counts
+
+
+class Oracle(LARA):
+    """LARA's planner fed each task's true remaining work: an upper reference."""
+
+    name = "oracle"
+
+    def __init__(self) -> None:
+        super().__init__(explore_reports=0, margin=0.0)
+
+    def remaining(self, sim: ClusterSim, tasks: np.ndarray) -> np.ndarray:
+        return sim.remaining_true(tasks)
+
+
+class LeastSlack(Scheduler):
+    """Least slack first: slack = time to deadline - predicted ticks at the cap (WLS).
+
+    Tasks with non-negative slack get their cap in slack order, then the others; new
+    tasks first explore exactly as under LARA.
+    """
+
+    name = "least_slack"
+
+    def __init__(
+        self,
+        discount: float = DEFAULT_DISCOUNT,
+        ridge: float = DEFAULT_RIDGE,
+        explore_reports: int = DEFAULT_EXPLORE_REPORTS,
+        margin: float = DEFAULT_MARGIN,
+    ) -> None:
+        self.explore_reports = int(explore_reports)
+        self.predictor = WorkPredictor(discount, ridge, margin, explore_reports)
+
+    def reset(self, sim: ClusterSim, rng: np.random.Generator) -> None:
+        super().reset(sim, rng)
+        self.predictor.reset()
+
+    def allocate(self, sim: ClusterSim) -> np.ndarray:
+        order = edf_order(sim)
+        counts = explore_counts(sim, order, self.explore_reports)
+        rest = order[counts[order] == 0]
+        wl = sim.workload
+        ticks = ticks_needed(
+            self.predictor.remaining(sim, rest),
+            wl.cap[rest],
+            warm_nodes(sim, rest),
+            wl.rate[rest],
+            wl.alpha[rest],
+        )
+        slack = wl.deadline[rest] - sim.t - ticks
+        rank = np.lexsort((slack, slack < 0))
+        left = sim.config.num_nodes - int(counts.sum())
+        for k in rest[rank]:
+            if left <= 0:
+                break
+            counts[k] = min(int(wl.cap[k]), left)
+            left -= counts[k]
+        return counts
+
+
+class Optimus(Scheduler):
+    """Optimus-style greedy marginal gain (Peng et al., EuroSys 2018), deadline-blind.
+
+    Remaining work from the ``1/(a w + b) + c`` fit of :mod:`flow_predictor.optimus`
+    (refitted every ``refit_every`` reports; it is a nonlinear fit).  After LARA's
+    exploration, every predictable task gets one node (shortest predicted remaining time
+    first), then each further node goes to the task whose predicted remaining time
+    ``R / (r n**alpha)`` (+1 tick if the node must warm up) drops the most.
+    """
+
+    name = "optimus"
+
+    def __init__(self, explore_reports: int = 3, refit_every: int = 5) -> None:
+        self.explore_reports = int(explore_reports)
+        self.refit_every = max(int(refit_every), 1)
+
+    def reset(self, sim: ClusterSim, rng: np.random.Generator) -> None:
+        super().reset(sim, rng)
+        self._cache: dict[int, tuple[int, float]] = {}
+
+    def remaining(self, sim: ClusterSim, tasks: np.ndarray) -> np.ndarray:
+        """Predicted remaining work (inf: never reaches its target by the fit)."""
+        from flow_predictor.optimus import OptimusPredictor
+
+        counts = [len(sim.hist_work[k]) for k in tasks]
+        stale = [
+            i
+            for i, (k, n) in enumerate(zip(tasks, counts))
+            if int(k) not in self._cache or n - self._cache[int(k)][0] >= self.refit_every
+        ]
+        if stale:
+            ks = tasks[stale]
+            pred = OptimusPredictor().predict(
+                [np.asarray(sim.hist_work[k]) for k in ks],
+                [np.asarray(sim.hist_loss[k]) for k in ks],
+                sim.workload.target[ks],
+            )
+            for k, i, r in zip(ks, stale, pred.samples[:, 0]):
+                # Work done since the fit counts against the predicted remaining work.
+                self._cache[int(k)] = (counts[i], float(r) + float(sim.work[k]))
+        total = np.array([self._cache[int(k)][1] for k in tasks])
+        return np.maximum(np.nan_to_num(total, nan=np.inf) - sim.work[tasks], 0.0)
+
+    def allocate(self, sim: ClusterSim) -> np.ndarray:
+        order = edf_order(sim)
+        counts = explore_counts(sim, order, self.explore_reports)
+        rest = order[counts[order] == 0]
+        left = sim.config.num_nodes - int(counts.sum())
+        if not len(rest) or left <= 0:
+            return counts
+        wl = sim.workload
+        rem = self.remaining(sim, rest)
+        warm = warm_nodes(sim, rest)
+        rate, alpha, cap = wl.rate[rest], wl.alpha[rest], wl.cap[rest]
+
+        def time_left(n: np.ndarray) -> np.ndarray:
+            with np.errstate(divide="ignore", invalid="ignore"):
+                return rem / (rate * np.maximum(n, 1) ** alpha) + (n > warm)
+
+        n = np.zeros(len(rest), np.int64)
+        finite = np.isfinite(rem)
+        for i in np.flatnonzero(finite)[np.argsort(time_left(np.ones(len(rest)))[finite])]:
+            if left <= 0:
+                break
+            n[i], left = 1, left - 1
+        while left > 0:
+            gain = np.where(finite & (n > 0) & (n < cap), time_left(n) - time_left(n + 1), -np.inf)
+            i = int(np.argmax(gain))
+            if not np.isfinite(gain[i]):
+                break
+            n[i] += 1
+            left -= 1
+        _spread(n, cap, left)
+        counts[rest] = n
+        return counts
+
+
+def warm_nodes(sim: ClusterSim, tasks: np.ndarray) -> np.ndarray:
+    """Nodes that served each of ``tasks`` in the last tick (no warm-up if they stay)."""
+    served = np.bincount(sim.node_task[sim.node_task >= 0], minlength=len(sim.status))
+    return served[tasks]
+
+
+ALL_SCHEDULERS: dict[str, type[Scheduler]] = {
+    **SCHEDULERS,
+    LARA.name: LARA,
+    Oracle.name: Oracle,
+    LeastSlack.name: LeastSlack,
+    Optimus.name: Optimus,
+}

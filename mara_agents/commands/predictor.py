@@ -1,0 +1,127 @@
+"""Train and evaluate the flow-matching loss predictor.
+
+``mara predictor train`` fits the conditional flow-matching model on a trace library's
+train split (validation split for model selection), writing the best checkpoint to
+``--out``, the latest (with optimiser state) next to it as ``*.last.pt``, and TensorBoard
+scalars under ``<out dir>/tb``.  ``mara predictor evaluate`` compares the flow model with
+the WLS and Optimus baselines on held-out traces and writes ``predictor_metrics.csv`` and
+``predictor_error.png``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+DEFAULT_OUT = "flow_predictor/checkpoints/flow_v1.pt"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Sub-commands ``train`` and ``evaluate``."""
+    from flow_predictor.train import TrainConfig
+
+    d = TrainConfig()
+    sub = parser.add_subparsers(dest="predictor_command", metavar="ACTION")
+    fmt = argparse.ArgumentDefaultsHelpFormatter
+    t = sub.add_parser("train", help="train the flow model on a trace library", formatter_class=fmt)
+    t.add_argument("--traces", default=None, help="trace library file (default: the shipped one)")
+    t.add_argument("--split", default=d.split, help="split to train on")
+    t.add_argument("--val-split", default=d.val_split, help="split for model selection")
+    t.add_argument("--out", default=DEFAULT_OUT, help="checkpoint to write (best epoch)")
+    t.add_argument("--epochs", type=int, default=d.epochs, help="training epochs")
+    t.add_argument("--batch-size", type=int, default=d.batch_size, help="minibatch size")
+    t.add_argument("--lr", type=float, default=d.lr, help="peak learning rate (cosine decay)")
+    t.add_argument(
+        "--prefixes-per-trace", type=int, default=d.prefixes_per_trace, help="prefixes per trace"
+    )
+    t.add_argument(
+        "--sim-like",
+        type=float,
+        default=d.sim_like,
+        help="share of prefixes re-sampled as sparse simulator-style reports",
+    )
+    t.add_argument("--hidden", type=int, default=d.hidden, help="velocity MLP width")
+    t.add_argument("--depth", type=int, default=d.depth, help="velocity MLP hidden layers")
+    t.add_argument("--seed", type=int, default=d.seed, help="seed of data draws and init")
+    t.add_argument(
+        "--max-minutes", type=float, default=None, help="stop after this many minutes of training"
+    )
+    t.add_argument("--resume", action="store_true", help="continue from OUT's .last.pt checkpoint")
+    t.add_argument("--quiet", action="store_true", help="no progress bar")
+    t.set_defaults(_run=run_train)
+
+    e = sub.add_parser(
+        "evaluate", help="compare flow, WLS and Optimus on held-out traces", formatter_class=fmt
+    )
+    src = e.add_mutually_exclusive_group()
+    src.add_argument("--traces", default=None, help="trace file to evaluate on (all its traces)")
+    src.add_argument(
+        "--split", default=None, help="split of the shipped library to evaluate on (e.g. test)"
+    )
+    e.add_argument("--checkpoint", default=None, help="flow checkpoint (default: the shipped one)")
+    e.add_argument("--out", required=True, help="directory for the metrics CSV and the plot")
+    e.add_argument("--samples", type=int, default=64, help="flow samples per prediction")
+    e.set_defaults(_run=run_evaluate)
+
+
+def run_train(args: argparse.Namespace) -> int:
+    """Train, printing the best validation metrics."""
+    from flow_predictor.checkpoint import CheckpointError
+    from flow_predictor.train import TrainConfig, train
+    from mara_env.traces import TraceError
+
+    cfg = TrainConfig(
+        traces=args.traces,
+        split=args.split,
+        val_split=args.val_split,
+        out=args.out,
+        epochs=args.epochs,
+        batch_size=args.batch_size,
+        lr=args.lr,
+        prefixes_per_trace=args.prefixes_per_trace,
+        sim_like=args.sim_like,
+        hidden=args.hidden,
+        depth=args.depth,
+        seed=args.seed,
+        max_minutes=args.max_minutes,
+    )
+    t0 = time.time()
+    try:
+        best = train(cfg, resume=args.resume, progress=not args.quiet)
+    except (CheckpointError, TraceError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print(f"best validation {best}; wall {time.time() - t0:.0f} s; checkpoint {args.out}")
+    return 0
+
+
+def run_evaluate(args: argparse.Namespace) -> int:
+    """Evaluate every method, write the CSV and the plot, print the table."""
+    import torch
+
+    from flow_predictor.checkpoint import CheckpointError, load_predictor
+    from flow_predictor.evaluate import evaluate, plot_errors
+    from flow_predictor.optimus import OptimusPredictor
+    from flow_predictor.wls import WLSPredictor
+    from mara_env.traces import TraceError, load_traces
+
+    torch.set_num_threads(1)
+    try:
+        flow = load_predictor(args.checkpoint, n_samples=args.samples)
+        if args.traces is not None:
+            traces = load_traces(args.traces, split="all")
+        else:
+            traces = load_traces(None, split=args.split or "test")
+    except (CheckpointError, TraceError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    metrics = evaluate([flow, WLSPredictor(), OptimusPredictor()], traces)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    metrics.to_csv(out / "predictor_metrics.csv", index=False)
+    plot_errors(metrics, out / "predictor_error.png")
+    print(metrics.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    print(f"wrote {out / 'predictor_metrics.csv'} and {out / 'predictor_error.png'}")
+    return 0
