@@ -144,24 +144,36 @@ def check_spec(spec: str) -> None:
         make_scheduler(spec)
 
 
-def run_agent_episode(agent: Agent, config: ClusterConfig, traces: TraceSet, seed: int) -> dict:
-    """One episode of an env-driven agent through ``raw_env``; returns its metrics."""
+def run_agent_episode(
+    agent: Agent, config: ClusterConfig, traces: TraceSet, seed: int, record: bool = False
+) -> dict:
+    """One episode of an env-driven agent through ``raw_env``; returns its metrics.
+
+    With ``record`` the metrics also hold ``allocation`` (ticks x nodes task indices).
+    """
     from mara_env.env import raw_env
 
     env = raw_env(config=config, trace_set=traces)
+    env.engine.sim.record = record
     env.reset(seed=seed)
     agent.reset(env, seed)
     for name in env.agent_iter():
         _, _, term, trunc, _ = env.last()
         env.step(None if term or trunc else agent.act(env, name))
-    return env.engine.sim.metrics()
+    sim = env.engine.sim
+    out: dict[str, Any] = sim.metrics()
+    if record:
+        out["allocation"] = np.array(sim.assign_log)
+    return out
 
 
-def run_spec(spec: str, config: ClusterConfig, traces: TraceSet, seed: int) -> dict:
+def run_spec(
+    spec: str, config: ClusterConfig, traces: TraceSet, seed: int, record: bool = False
+) -> dict:
     """Metrics of one episode of ``spec`` (scheduler fast path or env-driven agent)."""
     if "=" in spec.split(":")[0]:
-        return run_agent_episode(make_agent(spec), config, traces, seed)
-    return run_episode(make_scheduler(spec), config, traces, seed)
+        return run_agent_episode(make_agent(spec), config, traces, seed, record)
+    return run_episode(make_scheduler(spec), config, traces, seed, record)
 
 
 def episode_seed(base_seed: int, load: float, episode: int) -> int:

@@ -47,9 +47,10 @@ class EpisodeStats:
 class ClusterSim:
     """The simulator state of one episode; call :meth:`reset` before the first tick."""
 
-    def __init__(self, config: ClusterConfig, traces: TraceSet) -> None:
+    def __init__(self, config: ClusterConfig, traces: TraceSet, record: bool = False) -> None:
         self.config = config
         self.traces = traces
+        self.record = record  # keep every tick's assignment in ``assign_log``
         self.workload: Workload | None = None
         # One sorted key over all traces (trace index + step / scale) turns "last
         # logged point at or below this work" into a single vectorised searchsorted.
@@ -79,6 +80,7 @@ class ClusterSim:
         self.node_ticks_used = np.zeros(n, np.int64)
         self.warmup_used = np.zeros(n, np.int64)
         self.stats = EpisodeStats()
+        self.assign_log: list[np.ndarray] = []
         self._next_arrival = 0
         self._log_target = np.log(np.maximum(wl.target, LOSS_FLOOR))
         self._log_loss0 = np.log(np.maximum(self.loss0, LOSS_FLOOR))
@@ -126,6 +128,8 @@ class ClusterSim:
         """Serve one interval with node ``i`` on task ``assign[i]`` (-1 idle)."""
         assign = np.asarray(assign, dtype=np.int64)
         self.check_assignment(assign)
+        if self.record:
+            self.assign_log.append(assign.copy())
         wl, n = self.workload, len(self.status)
         busy = assign >= 0
         stay = busy & (assign == self.node_task)

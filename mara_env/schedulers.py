@@ -141,18 +141,14 @@ def run_episode(
     scheduler, and a policy acting in the env, sees the same tasks for the same seed.
     The scheduler's own randomness comes from a generator derived from the seed.
     """
-    sim = ClusterSim(config, traces)
+    sim = ClusterSim(config, traces, record=record)
     sim.reset(np.random.default_rng(seed))
     scheduler.reset(sim, np.random.default_rng([seed, 1]))
-    allocation = []
     while not sim.done:
-        assign = scheduler.assign(sim)
-        if record:
-            allocation.append(assign.copy())
-        sim.tick(assign)
+        sim.tick(scheduler.assign(sim))
     out: dict[str, Any] = sim.metrics()
     if record:
-        out["allocation"] = np.array(allocation)
+        out["allocation"] = np.array(sim.assign_log)
     return out
 
 

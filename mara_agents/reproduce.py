@@ -1,0 +1,185 @@
+"""The main job: evaluate the shipped predictor and policy against the baselines.
+
+Writes under ``out``: ``predictor/`` (flow vs WLS vs Optimus per family on the test
+split), ``schedulers/`` (the harness outputs at every load), ``episode_gantt.png`` (one
+episode's node allocation over time for MARA and LARA) and ``summary.md`` with the
+headline tables.  ``full=True`` first retrains the predictor and the policy.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from mara_env.config import ClusterConfig
+from mara_env.traces import load_traces
+
+DEFAULT_SPECS = ("mara", "lara", "uniform", "edf", "least_slack", "random", "oracle")
+DEFAULT_LOADS = (1.0, 1.5, 2.0)
+
+
+def _step(title: str) -> float:
+    print(f"\n== {title}", flush=True)
+    return time.perf_counter()
+
+
+def _done(start: float) -> None:
+    print(f"   done in {time.perf_counter() - start:.0f} s", flush=True)
+
+
+def spec_of(name: str) -> str:
+    """Harness spec of a name: ``mara`` is the shipped policy (``mara=``)."""
+    return "mara=" if name == "mara" else name
+
+
+def retrain(out: Path) -> None:
+    """Retrain predictor and policy from their commands (resumable, progress bars)."""
+    ckpt = out / "retrained" / "flow.pt"
+    cmds = [
+        ["predictor", "train", "--split", "train", "--out", str(ckpt), "--resume"],
+        ["train", "experiments/mara.yaml", "--out", str(out / "retrained" / "train"), "--resume"],
+    ]
+    for cmd in cmds:
+        print("   $ mara " + " ".join(cmd), flush=True)
+        subprocess.run([sys.executable, "-m", "mara_agents.cli", *cmd], check=True)
+
+
+def evaluate_predictors(out: Path, samples: int = 64) -> pd.DataFrame:
+    """Flow vs WLS vs Optimus on the test split; writes CSV + plot under ``out``."""
+    from flow_predictor import load_predictor
+    from flow_predictor.evaluate import evaluate, plot_errors
+    from flow_predictor.optimus import OptimusPredictor
+    from flow_predictor.wls import WLSPredictor
+
+    out.mkdir(parents=True, exist_ok=True)
+    traces = load_traces(None, split="test")
+    metrics = evaluate(
+        [load_predictor(n_samples=samples), WLSPredictor(), OptimusPredictor()], traces
+    )
+    metrics.to_csv(out / "predictor_metrics.csv", index=False)
+    plot_errors(metrics, out / "predictor_error.png")
+    return metrics
+
+
+def predictor_table(metrics: pd.DataFrame) -> pd.DataFrame:
+    """Per family x method: metrics averaged over prefix fractions, and flow / WLS ratio."""
+    avg = metrics.groupby(["family", "method"])[["mae_log_ratio", "crps", "coverage80"]].mean()
+    table = avg.unstack("method")["mae_log_ratio"]
+    if {"flow", "wls"} <= set(table.columns):
+        table["flow/wls"] = table["flow"] / table["wls"]
+    table["flow coverage80"] = avg["coverage80"].unstack("method").get("flow")
+    return table
+
+
+def markdown_table(table: pd.DataFrame) -> str:
+    """A small DataFrame as a Markdown table, numbers to three decimals."""
+    cols = [str(c) for c in table.columns]
+    lines = ["| " + " | ".join([str(table.index.name or ""), *cols]) + " |"]
+    lines.append("|" + "---|" * (len(cols) + 1))
+    for idx, row in table.iterrows():
+        cells = [f"{v:.3f}" if isinstance(v, float) else str(v) for v in row]
+        lines.append("| " + " | ".join([str(idx), *cells]) + " |")
+    return "\n".join(lines)
+
+
+def gantt(config: ClusterConfig, seed: int, specs: Sequence[str], path: Path) -> None:
+    """Node x tick allocation of one episode for each spec, tasks in colours."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from mara_agents.harness import run_spec
+
+    traces = load_traces(config.traces, split=config.split)
+    runs = [(name, run_spec(spec_of(name), config, traces, seed, record=True)) for name in specs]
+    fig, axes = plt.subplots(len(runs), 1, figsize=(11, 2.2 * len(runs)), squeeze=False)
+    cmap = matplotlib.colormaps["tab20"]
+    for ax, (name, m) in zip(axes[:, 0], runs):
+        alloc = m["allocation"].T.astype(float)  # nodes x ticks
+        colours = np.where(alloc[..., None] >= 0, cmap(np.mod(alloc, 20).astype(int)), 1.0)
+        ax.imshow(colours, aspect="auto", interpolation="nearest")
+        ax.set_title(
+            f"{name}: {m['completed']}/{m['tasks']} tasks completed, "
+            f"{m['reassignments']} re-assignments (white = idle)",
+            fontsize=9,
+        )
+        ax.set_ylabel("node")
+    axes[-1, 0].set_xlabel("tick")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def reproduce(
+    out: str | Path = "results",
+    episodes: int = 30,
+    loads: Sequence[float] = DEFAULT_LOADS,
+    seeds: Sequence[int] = (0,),
+    specs: Sequence[str] = DEFAULT_SPECS,
+    workers: int | None = None,
+    full: bool = False,
+    skip_predictor: bool = False,
+) -> str:
+    """Run the whole evaluation; returns the summary markdown (also in out/summary.md)."""
+    from mara_agents.harness import evaluate, summary_markdown
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    if full:
+        t = _step("retraining predictor and policy (hours on 2 cores; resumable)")
+        retrain(out)
+        _done(t)
+    parts = ["# MARA reproduction\n"]
+    if not skip_predictor:
+        t = _step("predictor: flow matching vs WLS vs Optimus, test split")
+        table = predictor_table(evaluate_predictors(out / "predictor"))
+        parts.append(
+            "## Remaining-work prediction (test split, MAE of log ratio, mean over prefix "
+            "fractions 10/20/40/60%)\n\n" + markdown_table(table) + "\n"
+        )
+        print(table.to_string(float_format=lambda v: f"{v:.3f}"))
+        _done(t)
+    t = _step(f"schedulers: {', '.join(specs)} at loads {list(loads)}, {episodes} episodes, test")
+    config = ClusterConfig(split="test")
+    df = evaluate(
+        [spec_of(s) for s in specs],
+        loads,
+        episodes,
+        seeds,
+        config=config,
+        workers=workers,
+        out_dir=out / "schedulers",
+    )
+    df["scheduler"] = df["scheduler"].replace({"mara=": "mara"})
+    df.to_csv(out / "schedulers" / "results.csv", index=False)
+    sched_md = summary_markdown(df)
+    (out / "schedulers" / "summary.md").write_text(sched_md)
+    parts.append("## Task-completion rate (test split)\n\n" + sched_md)
+    _done(t)
+    t = _step("example episode allocation (Gantt chart)")
+    from mara_agents.harness import episode_seed
+
+    shown = [s for s in ("mara", "lara") if s in specs] or list(specs[:2])
+    gantt(
+        config.replace(load=loads[0]),
+        episode_seed(seeds[0], loads[0], 0),
+        shown,
+        out / "episode_gantt.png",
+    )
+    _done(t)
+    parts.append(
+        "Plots: `schedulers/completion_vs_load.png`, `predictor/predictor_error.png`, "
+        "`episode_gantt.png`; TensorBoard: `tensorboard --logdir "
+        f"{out / 'schedulers' / 'tb'}`.\n\nWall time: {time.perf_counter() - started:.0f} s.\n"
+    )
+    summary = "\n".join(parts)
+    (out / "summary.md").write_text(summary)
+    return summary
