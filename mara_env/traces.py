@@ -192,6 +192,9 @@ def write_traces(df: pd.DataFrame, path: str | os.PathLike) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     os.close(fd)
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; give the usual file mode
     try:
         if path.suffix == ".csv":
             df.to_csv(tmp, index=False)

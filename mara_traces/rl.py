@@ -1,0 +1,270 @@
+"""RL traces: A2C, PPO and DQN on Gymnasium classic control; loss = 1 - normalised return.
+
+The logged loss is ``1 - (R - lo) / (hi - lo)`` clipped to [0, 1], where ``R`` is the mean
+return of the last :data:`RETURN_WINDOW` finished episodes and [lo, hi] the env's return
+range; ``step`` counts environment steps.  Logging starts once an episode has finished.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch import nn
+
+from mara_traces.common import log_uniform, make_optimizer, mlp
+
+RETURN_RANGE = {"CartPole-v1": (0.0, 500.0), "Acrobot-v1": (-500.0, 0.0)}
+RETURN_WINDOW = 20
+# Sampling weight of each (env, algorithm); a split's pairs sum to its share
+# (train 0.70, val 0.15, test 0.15 under mara_traces.splits.SPLIT_RULES).
+RUN_WEIGHTS = {
+    ("CartPole-v1", "a2c"): 0.35,
+    ("CartPole-v1", "ppo"): 0.35,
+    ("CartPole-v1", "dqn"): 0.15,
+    ("Acrobot-v1", "a2c"): 0.075,
+    ("Acrobot-v1", "ppo"): 0.075,
+}
+# Environment steps per run (before ``budget``): Acrobot steps cost ~8x CartPole's, and a
+# vector step costs about the same whatever the number of envs, so runs use many envs.
+ENV_STEPS = {
+    ("CartPole-v1", "dqn"): (6_000, 12_000),
+    "CartPole-v1": (15_000, 40_000),
+    "Acrobot-v1": (8_000, 20_000),
+}
+
+
+def make_env(env_id: str, num_envs: int, seed: int) -> gym.vector.VectorEnv:
+    """A vectorised env (numpy-vectorised CartPole where gymnasium has one)."""
+    mode = "vector_entry_point" if env_id == "CartPole-v1" else "sync"
+    env = gym.make_vec(env_id, num_envs=num_envs, vectorization_mode=mode)
+    env.reset(seed=seed)
+    env.action_space.seed(seed)
+    return env
+
+
+class ReturnTracker:
+    """Per-env episode returns under next-step autoreset; the loss of recent episodes."""
+
+    def __init__(self, num_envs: int, env_id: str):
+        self.running = np.zeros(num_envs)
+        self.finished: list[float] = []
+        self.lo, self.hi = RETURN_RANGE[env_id]
+
+    def update(self, reward: np.ndarray, done: np.ndarray) -> None:
+        self.running += reward
+        self.finished.extend(self.running[done].tolist())
+        self.running[done] = 0.0
+
+    def loss(self) -> float | None:
+        """1 - normalised mean return of the last episodes; None before any finished."""
+        if not self.finished:
+            return None
+        ret = float(np.mean(self.finished[-RETURN_WINDOW:]))
+        return float(np.clip(1.0 - (ret - self.lo) / (self.hi - self.lo), 0.0, 1.0))
+
+
+def _sample_actions(logits: torch.Tensor) -> torch.Tensor:
+    # Gumbel-max: a categorical draw without torch.distributions' per-call overhead.
+    u = torch.rand_like(logits).clamp_(1e-9, 1.0)
+    return (logits - torch.log(-torch.log(u))).argmax(-1)
+
+
+def sample_config(rng: np.random.Generator, budget: float = 1.0) -> dict:
+    """One run's env, algorithm and hyper-parameters (``budget`` scales points and steps)."""
+    pairs = list(RUN_WEIGHTS)
+    weights = np.array(list(RUN_WEIGHTS.values()))
+    env_id, algo = pairs[int(rng.choice(len(pairs), p=weights / weights.sum()))]
+    lo, hi = ENV_STEPS.get((env_id, algo), ENV_STEPS[env_id])
+    points = max(12, int(rng.integers(105, 141) * budget))
+    total = int(rng.uniform(lo, hi) * budget)
+    width, depth = int(rng.choice([16, 32, 64])), int(rng.choice([1, 2]))
+    cfg: dict = {"env": env_id, "algo": algo, "model": f"mlp-{width}x{depth}"}
+    if algo == "dqn":
+        envs = 4  # one gradient step per vector step: with many envs it barely learns
+    elif env_id == "CartPole-v1":
+        envs = 16  # the numpy-vectorised step costs about the same for any number of envs
+    else:
+        envs = int(rng.choice([8, 16]))
+    if algo == "dqn":
+        cfg |= {
+            "opt": "adam",
+            "lr": log_uniform(rng, 3e-4, 3e-3),
+            "envs": envs,
+            "bs": int(rng.choice([32, 64])),
+            "target": int(rng.choice([100, 250, 500])),
+            "explore": round(rng.uniform(0.1, 0.5), 2),
+            "gamma": 0.99,
+        }
+        per_point = envs
+    else:
+        # The longest rollout within one logging interval: few updates per env step keep
+        # runs cheap, and every run still logs `points` times.
+        horizon = max([h for h in (8, 16, 32, 64) if envs * h <= total / points] or [8])
+        cfg |= {
+            "opt": str(rng.choice(["adam", "rmsprop"])),
+            "lr": log_uniform(rng, 5e-4, 1e-2),
+            "envs": envs,
+            "horizon": horizon,
+            "gamma": float(rng.choice([0.95, 0.98, 0.99])),
+            "lam": float(rng.choice([0.9, 0.95, 1.0])),
+            "ent": float(rng.choice([0.0, 0.01])),
+        }
+        if algo == "ppo":
+            cfg |= {"epochs": int(rng.choice([2, 3])), "clip": 0.2}
+        per_point = envs * horizon
+    cfg |= {
+        "points": points,
+        "every": max(1, round(total / points / per_point)),
+        "seed": int(rng.integers(10_000)),
+    }
+    return cfg
+
+
+def run(cfg: dict) -> tuple[np.ndarray, np.ndarray]:
+    """Train the configured agent; (env steps, 1 - normalised smoothed return) per point."""
+    torch.manual_seed(cfg["seed"])
+    env = make_env(cfg["env"], cfg["envs"], cfg["seed"])
+    try:
+        train = _dqn if cfg["algo"] == "dqn" else _actor_critic
+        return train(cfg, env)
+    finally:
+        env.close()
+
+
+def _net(cfg: dict, n_in: int, n_out: int) -> nn.Sequential:
+    width, depth = (int(v) for v in cfg["model"][4:].split("x"))
+    return mlp(n_in, width, depth, n_out, nn.Tanh)
+
+
+def _actor_critic(cfg: dict, env: gym.vector.VectorEnv) -> tuple[np.ndarray, np.ndarray]:
+    """A2C (one gradient step per rollout) or PPO (clipped, several epochs) with GAE."""
+    n, horizon = cfg["envs"], cfg["horizon"]
+    obs_dim, n_act = env.single_observation_space.shape[0], env.single_action_space.n
+    actor, critic = _net(cfg, obs_dim, n_act), _net(cfg, obs_dim, 1)
+    optim = make_optimizer(cfg["opt"], [*actor.parameters(), *critic.parameters()], cfg["lr"])
+    tracker = ReturnTracker(n, cfg["env"])
+    obs = torch.as_tensor(env.reset(seed=cfg["seed"])[0], dtype=torch.float32)
+    prev_done = np.zeros(n, bool)
+    steps, losses = [], []
+    env_steps, iteration = 0, 0
+    buf_obs = torch.zeros(horizon, n, obs_dim)
+    buf_act = torch.zeros(horizon, n, dtype=torch.long)
+    rew, done, valid = (np.zeros((horizon, n)) for _ in range(3))
+    while len(losses) < cfg["points"]:
+        for t in range(horizon):
+            with torch.no_grad():
+                act = _sample_actions(actor(obs))
+            next_obs, r, term, trunc, _ = env.step(act.numpy())
+            # Next-step autoreset: the step after an episode ends only resets that env.
+            valid[t], d = ~prev_done, term | trunc
+            buf_obs[t], buf_act[t], rew[t], done[t] = obs, act, r, d
+            tracker.update(r, d & ~prev_done)
+            prev_done = d
+            obs = torch.as_tensor(next_obs, dtype=torch.float32)
+        with torch.no_grad():
+            values = critic(buf_obs).squeeze(-1).numpy()
+            last = critic(obs).squeeze(-1).numpy()
+        adv = np.zeros((horizon, n))
+        running = np.zeros(n)
+        for t in reversed(range(horizon)):
+            next_v = last if t == horizon - 1 else values[t + 1]
+            keep = 1.0 - done[t]
+            delta = rew[t] + cfg["gamma"] * next_v * keep - values[t]
+            running = delta + cfg["gamma"] * cfg["lam"] * keep * running
+            adv[t] = running
+        mask = torch.as_tensor(valid.ravel(), dtype=torch.bool)
+        b_obs, b_act = buf_obs.reshape(-1, obs_dim)[mask], buf_act.ravel()[mask]
+        b_adv = torch.as_tensor(adv.ravel(), dtype=torch.float32)[mask]
+        b_ret = b_adv + torch.as_tensor(values.ravel(), dtype=torch.float32)[mask]
+        with torch.no_grad():
+            old_logp = torch.log_softmax(actor(b_obs), -1).gather(1, b_act[:, None]).squeeze(1)
+        for _ in range(cfg.get("epochs", 1)):
+            logp_all = torch.log_softmax(actor(b_obs), -1)
+            logp = logp_all.gather(1, b_act[:, None]).squeeze(1)
+            norm_adv = (b_adv - b_adv.mean()) / (b_adv.std() + 1e-8)
+            if cfg["algo"] == "ppo":
+                ratio = torch.exp(logp - old_logp)
+                clipped = ratio.clamp(1 - cfg["clip"], 1 + cfg["clip"])
+                pg_loss = -torch.min(ratio * norm_adv, clipped * norm_adv).mean()
+            else:
+                pg_loss = -(logp * norm_adv).mean()
+            entropy = -(logp_all.exp() * logp_all).sum(-1).mean()
+            v_loss = ((critic(b_obs).squeeze(-1) - b_ret) ** 2).mean()
+            optim.zero_grad(set_to_none=True)
+            (pg_loss + 0.5 * v_loss - cfg["ent"] * entropy).backward()
+            nn.utils.clip_grad_norm_([*actor.parameters(), *critic.parameters()], 0.5)
+            optim.step()
+        env_steps += n * horizon
+        iteration += 1
+        if iteration % cfg["every"] == 0 and (loss := tracker.loss()) is not None:
+            steps.append(env_steps)
+            losses.append(loss)
+    return np.asarray(steps, np.float64), np.asarray(losses)
+
+
+def _dqn(cfg: dict, env: gym.vector.VectorEnv) -> tuple[np.ndarray, np.ndarray]:
+    """DQN with a replay buffer, a hard-updated target net and linear epsilon decay."""
+    n = cfg["envs"]
+    obs_dim, n_act = env.single_observation_space.shape[0], env.single_action_space.n
+    qnet = _net(cfg, obs_dim, n_act)
+    target = copy.deepcopy(qnet)
+    optim = make_optimizer(cfg["opt"], qnet.parameters(), cfg["lr"])
+    rng = np.random.default_rng(cfg["seed"])
+    cap = 50_000
+    b_obs, b_next = np.zeros((cap, obs_dim), np.float32), np.zeros((cap, obs_dim), np.float32)
+    b_act, b_rew, b_term = (
+        np.zeros(cap, np.int64),
+        np.zeros(cap, np.float32),
+        np.zeros(cap, np.float32),
+    )
+    size = pos = 0
+    tracker = ReturnTracker(n, cfg["env"])
+    obs = env.reset(seed=cfg["seed"])[0].astype(np.float32)
+    prev_done = np.zeros(n, bool)
+    # Exploration decays over the first `explore` fraction of the expected run length.
+    decay_steps = cfg["explore"] * cfg["points"] * cfg["every"] * 1.2
+    steps, losses = [], []
+    it, grad_steps = 0, 0
+    while len(losses) < cfg["points"]:
+        eps = max(0.05, 1.0 - 0.95 * it / decay_steps)
+        with torch.no_grad():
+            greedy = qnet(torch.as_tensor(obs)).argmax(-1).numpy()
+        act = np.where(rng.random(n) < eps, rng.integers(0, n_act, n), greedy)
+        next_obs, r, term, trunc, _ = env.step(act)
+        real = ~prev_done
+        k = int(real.sum())
+        idx = (pos + np.arange(k)) % cap
+        b_obs[idx], b_next[idx], b_act[idx] = obs[real], next_obs[real], act[real]
+        b_rew[idx], b_term[idx] = r[real], term[real]
+        pos, size = (pos + k) % cap, min(cap, size + k)
+        tracker.update(r, (term | trunc) & real)
+        prev_done = term | trunc
+        obs = next_obs.astype(np.float32)
+        it += 1
+        if size >= 200:
+            j = rng.integers(0, size, cfg["bs"])
+            with torch.no_grad():
+                q_next = target(torch.as_tensor(b_next[j])).max(-1).values
+                y = (
+                    torch.as_tensor(b_rew[j])
+                    + cfg["gamma"] * (1 - torch.as_tensor(b_term[j])) * q_next
+                )
+            q = (
+                qnet(torch.as_tensor(b_obs[j]))
+                .gather(1, torch.as_tensor(b_act[j])[:, None])
+                .squeeze(1)
+            )
+            loss = nn.functional.smooth_l1_loss(q, y)
+            optim.zero_grad(set_to_none=True)
+            loss.backward()
+            optim.step()
+            grad_steps += 1
+            if grad_steps % cfg["target"] == 0:
+                target.load_state_dict(qnet.state_dict())
+        if it % cfg["every"] == 0 and (point := tracker.loss()) is not None:
+            steps.append(it * n)
+            losses.append(point)
+    return np.asarray(steps, np.float64), np.asarray(losses)
