@@ -105,49 +105,49 @@ class ClusterSim:
         return np.flatnonzero(self.status == ACTIVE)
 
     # ---- one scheduling interval -------------------------------------------------
-    def check_assignment(self, assign: np.ndarray) -> None:
-        """Raise :class:`InvalidAssignment` if ``assign`` is not feasible now."""
+    def check_assignment(self, assign: np.ndarray) -> np.ndarray:
+        """Nodes per task under ``assign``; raises :class:`InvalidAssignment` if infeasible."""
         assign = np.asarray(assign)
+        n = len(self.status)
         if assign.shape != (self.config.num_nodes,):
             raise InvalidAssignment(
                 f"assignment has shape {assign.shape}; expected ({self.config.num_nodes},)"
             )
         busy = assign[assign >= 0]
-        for k in busy:
-            if k >= len(self.status) or self.status[k] != ACTIVE:
-                raise InvalidAssignment(f"task {int(k)} is not active at tick {self.t}")
-        counts = np.bincount(busy, minlength=len(self.status))
+        inactive = busy >= n
+        inactive[~inactive] = self.status[busy[~inactive]] != ACTIVE
+        if inactive.any():
+            raise InvalidAssignment(f"task {int(busy[inactive][0])} is not active at tick {self.t}")
+        counts = np.bincount(busy, minlength=n)
         over = np.flatnonzero(counts > self.workload.cap)
         if len(over):
             k = int(over[0])
             raise InvalidAssignment(
                 f"task {k} got {counts[k]} nodes; its parallelism cap is {self.workload.cap[k]}"
             )
+        return counts
 
     def tick(self, assign: np.ndarray) -> TickResult:
         """Serve one interval with node ``i`` on task ``assign[i]`` (-1 idle)."""
         assign = np.asarray(assign, dtype=np.int64)
-        self.check_assignment(assign)
+        total = self.check_assignment(assign)
         if self.record:
             self.assign_log.append(assign.copy())
         wl, n = self.workload, len(self.status)
         busy = assign >= 0
         stay = busy & (assign == self.node_task)
-        joins = busy & ~stay
-        total = np.bincount(assign[busy], minlength=n)
+        n_busy, n_joins = int(busy.sum()), int(busy.sum() - stay.sum())
         warm = np.bincount(assign[stay], minlength=n) if self.config.reassign_cost else total
-        gain = np.where(warm > 0, wl.rate * np.maximum(warm, 1) ** wl.alpha, 0.0)
-        self.work += gain
+        progressed = np.flatnonzero(warm)
+        self.work[progressed] += wl.rate[progressed] * warm[progressed] ** wl.alpha[progressed]
         self.node_ticks_used += total
-        if self.config.reassign_cost:
-            self.warmup_used += np.bincount(assign[joins], minlength=n)
-        self.stats.node_ticks_busy += int(busy.sum())
+        self.stats.node_ticks_busy += n_busy
         self.stats.node_ticks_total += self.config.num_nodes
-        self.stats.reassignments += int(joins.sum())
-        if self.config.reassign_cost:
-            self.stats.warmup_node_ticks += int(joins.sum())
+        self.stats.reassignments += n_joins
+        if self.config.reassign_cost and n_joins:
+            self.warmup_used += total - warm
+            self.stats.warmup_node_ticks += n_joins
 
-        progressed = np.flatnonzero(gain > 0)
         if len(progressed):
             tr = wl.trace[progressed]
             frac = np.minimum(self.work[progressed] / self._scale[tr], 1 - 1e-12)
@@ -155,9 +155,13 @@ class ClusterSim:
             row = np.maximum(row, self.traces.offsets[tr])
             self.rep_idx[progressed] = row - self.traces.offsets[tr]
             self.reported[progressed] = self.traces.loss[row]
-            for k, w, loss in zip(progressed, self.work[progressed], self.reported[progressed]):
-                self.hist_work[k].append(float(w))
-                self.hist_loss[k].append(float(loss))
+            for k, w, loss in zip(
+                progressed.tolist(),
+                self.work[progressed].tolist(),
+                self.reported[progressed].tolist(),
+            ):
+                self.hist_work[k].append(w)
+                self.hist_loss[k].append(loss)
                 self.slope[k] = _recent_slope(self.hist_work[k], self.hist_loss[k])
 
         self.t += 1
