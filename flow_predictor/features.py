@@ -23,7 +23,6 @@ from collections.abc import Sequence
 import numpy as np
 
 from flow_predictor.remaining import LOSS_FLOOR, MIN_RATIO, pad_prefixes
-from flow_predictor.wls import DISCOUNT
 
 COND_GRID = np.linspace(-4.0, 0.0, 24)
 FUTURE_RATIOS = np.geomspace(MIN_RATIO, 24.0, 32)
@@ -36,7 +35,7 @@ STAT_NAMES = (
     "log_interval",  # log(w_c / w_{n-1}): spacing of reports
     "log_work",  # log10(w_c) / 5: absolute scale of work units
     "slope_all",  # power-law exponent b over the whole prefix
-    "slope_recent",  # b of the discounted (LARA) fit, without ridge
+    "slope_recent",  # b of a WLS fit with per-report discount RECENT_DISCOUNT
     "slope_last_half",  # b over reports with w >= w_c / 2
     "noise",  # std of raw log-loss around its moving average (last 20 reports)
     "min_age",  # log(w_c / w_argmin): how long since the last improvement
@@ -44,6 +43,7 @@ STAT_NAMES = (
 COND_DIM = 2 * len(COND_GRID) + len(STAT_NAMES)
 TARGET_DIM = len(FUTURE_RATIOS)
 CLIP = 10.0
+RECENT_DISCOUNT = 0.8  # per-report discount of the slope_recent feature (fixed: part of the model)
 
 
 def _weighted_slope(x: np.ndarray, y: np.ndarray, wt: np.ndarray) -> np.ndarray:
@@ -115,7 +115,7 @@ def prefix_features(
             -u[:, -2] if w > 1 else np.zeros(t),
             x[:, -1] / np.log(10.0) / 5.0,
             _weighted_slope(x, y, vf),
-            _weighted_slope(x, y, vf * DISCOUNT ** age[None, :]),
+            _weighted_slope(x, y, vf * RECENT_DISCOUNT ** age[None, :]),
             _weighted_slope(x, y, vf * (u >= -np.log(2.0))),
             noise,
             -u[rows, argmin],

@@ -53,14 +53,14 @@ def widen(ratio: np.ndarray, spread: float) -> np.ndarray:
     ``inf`` ("not reached") samples stay ``inf``; results stay within the model's grid.
     """
     finite = np.isfinite(ratio)
-    logs = np.log(np.where(finite, ratio, np.nan))
-    with np.errstate(invalid="ignore"):
-        med = np.log(np.nanquantile(np.where(finite, ratio, np.inf), 0.5, axis=1, keepdims=True))
-    med = np.where(
-        np.isfinite(med), med, np.nanmax(np.where(finite, logs, -np.inf), 1, keepdims=True)
-    )
+    logs = np.log(np.where(finite, ratio, 1.0))
+    ordered = np.sort(np.where(finite, logs, np.inf), axis=1)
+    med = ordered[:, (ratio.shape[1] - 1) // 2 : (ratio.shape[1] - 1) // 2 + 1]
+    top = np.max(np.where(finite, logs, -np.inf), axis=1, keepdims=True)
+    med = np.where(np.isfinite(med), med, top)  # mostly "never": widen about the largest
     lo, hi = np.log(FUTURE_RATIOS[0]), np.log(FUTURE_RATIOS[-1])
-    wide = np.exp(np.clip(med + spread * (logs - med), lo, hi))
+    with np.errstate(invalid="ignore"):  # rows without any finite sample
+        wide = np.exp(np.clip(med + spread * (logs - med), lo, hi))
     return np.where(finite, wide, ratio)
 
 
@@ -121,6 +121,7 @@ class FlowPredictor(RemainingWorkPredictor):
 
     @property
     def config(self) -> FlowConfig:
+        """Sizes of the velocity network."""
         return self.net.config
 
     def trajectories(self, cond: np.ndarray) -> np.ndarray:

@@ -59,6 +59,7 @@ class TrainConfig:
     depth: int = 3
     cond_hidden: int = 128
     val_samples: int = 32
+    synthetic: int = 0  # extra synthetic sudden-drop curves added to the training traces
     seed: int = 0
     max_minutes: float | None = None  # stop (and keep the checkpoints) after this long
 
@@ -84,6 +85,46 @@ def sample_prefix(
     if works is None:
         works = steps[n - 1] * np.arange(1, m + 1) / m
     return works, reports_at(steps, loss, works)
+
+
+def synthetic_traces(n: int, rng: np.random.Generator) -> TraceSet:
+    """``n`` parametric curves that plateau, then drop sharply (sigmoid in log-work), then floor.
+
+    They teach the shape that slow power laws lack: a sudden learning phase (RL agents
+    that "get it", step learning-rate schedules).
+    """
+    import pandas as pd
+
+    from mara_env.traces import validate_traces
+
+    frames = []
+    for i in range(n):
+        m = int(rng.integers(100, 200))
+        w = np.arange(1, m + 1) * float(np.exp(rng.uniform(0, 6)))
+        top, floor = rng.uniform(0.3, 1.0), np.exp(rng.uniform(np.log(0.01), np.log(0.5)))
+        floor = min(floor, 0.8 * top)
+        mid = np.quantile(np.log(w), rng.uniform(0.05, 0.9))
+        sharp = np.exp(rng.uniform(np.log(1.0), np.log(20.0)))
+        drift = rng.uniform(0.0, 0.3)
+        log_l = np.log(floor) + (np.log(top) - np.log(floor)) / (
+            1 + np.exp(sharp * (np.log(w) - mid))
+        )
+        log_l = log_l - drift * (np.log(w) - np.log(w[0])) / np.log(w[-1] / w[0])
+        noise = rng.uniform(0.005, 0.1) * rng.standard_normal(m)
+        loss = np.exp(log_l + noise)
+        frames.append(
+            pd.DataFrame(
+                {
+                    "trace_id": f"synthetic-{i}",
+                    "family": "synthetic",
+                    "source": f"synthetic-{i}",
+                    "step": w,
+                    "loss": loss,
+                    "split": "train",
+                }
+            )
+        )
+    return TraceSet.from_frame(validate_traces(pd.concat(frames, ignore_index=True)))
 
 
 def build_dataset(traces: TraceSet, cfg: TrainConfig, rng: np.random.Generator) -> Dataset:
@@ -169,6 +210,16 @@ def train(cfg: TrainConfig, resume: bool = False, progress: bool = True) -> dict
     train_set = load_traces(cfg.traces, split=cfg.split)
     val_inst = make_instances(load_traces(cfg.traces, split=cfg.val_split))
     data = build_dataset(train_set, cfg, rng)
+    if cfg.synthetic:
+        extra = build_dataset(synthetic_traces(cfg.synthetic, rng), cfg, rng)
+        data = Dataset(
+            *(
+                np.concatenate([a, b])
+                for a, b in zip(
+                    (data.cond, data.target, data.mask), (extra.cond, extra.target, extra.mask)
+                )
+            )
+        )
     norm = fit_normalisation(data)
     fc = FlowConfig(COND_DIM, TARGET_DIM, cfg.hidden, cfg.depth, cfg.cond_hidden)
     net = build_net(blob, last) if resume else VelocityNet(fc)

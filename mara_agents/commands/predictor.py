@@ -42,6 +42,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=d.sim_like,
         help="share of prefixes re-sampled as sparse simulator-style reports",
     )
+    t.add_argument(
+        "--synthetic",
+        type=int,
+        default=d.synthetic,
+        help="number of synthetic sudden-drop curves added to the training traces",
+    )
     t.add_argument("--hidden", type=int, default=d.hidden, help="velocity MLP width")
     t.add_argument("--depth", type=int, default=d.depth, help="velocity MLP hidden layers")
     t.add_argument("--seed", type=int, default=d.seed, help="seed of data draws and init")
@@ -82,6 +88,7 @@ def run_train(args: argparse.Namespace) -> int:
         lr=args.lr,
         prefixes_per_trace=args.prefixes_per_trace,
         sim_like=args.sim_like,
+        synthetic=args.synthetic,
         hidden=args.hidden,
         depth=args.depth,
         seed=args.seed,

@@ -1,0 +1,162 @@
+"""PettingZoo wrapper that adds remaining-work predictions to every task slot.
+
+Wrapped layout (``P = len(PREDICTOR_FEATURES)``):
+
+* ``observation``: the 8 node features, then ``K`` rows of ``12 + P``: the env's 12 slot
+  features followed by :data:`PREDICTOR_FEATURES`;
+* ``state``: that observation followed by the env's 4 queue features;
+* ``action_mask``: unchanged.
+
+Remaining work is measured in the task's *reference ticks* (work per tick on
+``n_ref = min(cap, ref_nodes)`` nodes: ``rate * n_ref**alpha``).  A task's prediction is
+computed once per new loss report (one batched predictor call per tick for every
+visible task that reported since) and cached; the deadline probabilities are recomputed
+every tick from the cached samples.  Tasks with fewer than three reports get the
+predictor's documented fallback and ``pred_fallback = 1``; tasks with no usable report
+(unknown remaining work) get 0 in every predictor feature and ``pred_fallback = 1``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium
+import numpy as np
+from gymnasium import spaces
+from pettingzoo import AECEnv
+from pettingzoo.utils import BaseWrapper
+
+from flow_predictor.remaining import RemainingWork, RemainingWorkPredictor
+
+PREDICTOR_FEATURES = (
+    "pred_q10",  # log1p(10% quantile of remaining reference ticks) / 2
+    "pred_q50",  # same for the median
+    "pred_q90",  # same for the 90% quantile ("not reached" -> the clip value 10)
+    "p_deadline_now",  # P(remaining work <= rate * nodes_now**alpha * ticks left)
+    "p_deadline_cap",  # P(remaining work <= rate * cap**alpha * (ticks left - 1)); -1: warm-up
+    "pred_fallback",  # 1 if the prefix was too short for the predictor (or unknown)
+)
+QUANTILES = (0.1, 0.5, 0.9)
+LIMIT = 10.0
+
+
+class PredictorFeatures(BaseWrapper):
+    """Appends :data:`PREDICTOR_FEATURES` to every slot row of ``observation`` and ``state``.
+
+    ``predictor``: any :class:`RemainingWorkPredictor` (default: the shipped flow model
+    with 32 samples); pass ``WLSPredictor()`` for the no-flow ablation — same layout.
+    """
+
+    def __init__(self, env: AECEnv, predictor: RemainingWorkPredictor | None = None) -> None:
+        super().__init__(env)
+        if predictor is None:
+            from flow_predictor.checkpoint import load_predictor
+
+            predictor = load_predictor(n_samples=32)
+        self.predictor = predictor
+        engine = self._engine = env.unwrapped.engine  # persists across resets
+        base = engine.observation_space
+        self.num_slots = engine.config.num_slots
+        self.node_dim = len(base["observation"].low) - self.num_slots * 12
+        self.base_slot_dim = 12
+        self.slot_dim = self.base_slot_dim + len(PREDICTOR_FEATURES)
+        self.queue_dim = len(base["state"].low) - len(base["observation"].low)
+        obs_dim = self.node_dim + self.num_slots * self.slot_dim
+        lim = float(base["observation"].high[0])
+        space = spaces.Dict(
+            {
+                "observation": spaces.Box(-lim, lim, (obs_dim,), np.float32),
+                "action_mask": base["action_mask"],
+                "state": spaces.Box(-lim, lim, (obs_dim + self.queue_dim,), np.float32),
+            }
+        )
+        self.observation_spaces = {a: space for a in env.possible_agents}
+        self._cache: dict[int, tuple[int, np.ndarray, bool]] = {}
+        self._key: tuple[int, int] | None = None
+        self._extra = np.zeros((self.num_slots, len(PREDICTOR_FEATURES)), np.float32)
+
+    def observation_space(self, agent: str) -> gymnasium.Space:
+        return self.observation_spaces[agent]
+
+    def reset(self, seed: int | None = None, options: dict | None = None) -> None:
+        self._cache.clear()
+        self._key = None
+        super().reset(seed=seed, options=options)
+
+    def observe(self, agent: str) -> dict[str, np.ndarray] | None:
+        obs = super().observe(agent)
+        return None if obs is None else self._extend(obs)
+
+    def last(self, observe: bool = True) -> tuple[Any, float, bool, bool, dict[str, Any]]:
+        # Same as AECEnv.last, reading the raw env directly: the attribute chain through
+        # three wrappers' __getattr__ otherwise costs more than the predictor itself.
+        raw = self.env.unwrapped
+        agent = raw.agent_selection
+        return (
+            self.observe(agent) if observe else None,
+            raw._cumulative_rewards[agent],
+            raw.terminations[agent],
+            raw.truncations[agent],
+            raw.infos[agent],
+        )
+
+    def state(self) -> np.ndarray:
+        agent = self.env.unwrapped.agent_selection
+        return self._extend(self.env.unwrapped.observe(agent))["state"]
+
+    # ---- features --------------------------------------------------------------
+    def _extend(self, obs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        extra = self._slot_predictions()
+        base, d = obs["observation"], self.node_dim
+        n_obs = d + self.num_slots * self.slot_dim
+        state = np.empty(n_obs + self.queue_dim, np.float32)
+        state[:d] = base[:d]
+        slots = state[d:n_obs].reshape(self.num_slots, self.slot_dim)
+        slots[:, : self.base_slot_dim] = base[d:].reshape(self.num_slots, self.base_slot_dim)
+        slots[:, self.base_slot_dim :] = extra
+        state[n_obs:] = obs["state"][len(base) :]
+        return {
+            "observation": state[:n_obs].copy(),
+            "action_mask": obs["action_mask"],
+            "state": state,
+        }
+
+    def _slot_predictions(self) -> np.ndarray:
+        engine = self._engine
+        sim = engine.sim
+        key = (id(sim.workload), sim.t)
+        if key == self._key:
+            return self._extra
+        self._key = key
+        tasks = engine.slot_tasks[engine.slot_tasks >= 0]
+        extra = np.zeros_like(self._extra)
+        if len(tasks):
+            self._refresh(sim, tasks)
+            wl, cfg = sim.workload, engine.config
+            samples = np.stack([self._cache[int(k)][1] for k in tasks])
+            fallback = np.array([self._cache[int(k)][2] for k in tasks])
+            rw = RemainingWork(samples, fallback)
+            ref = wl.rate[tasks] * np.minimum(wl.cap[tasks], cfg.ref_nodes) ** wl.alpha[tasks]
+            left = wl.deadline[tasks] - sim.t
+            now = wl.rate[tasks] * sim.nodes_now[tasks] ** wl.alpha[tasks] * left
+            cap = wl.rate[tasks] * wl.cap[tasks] ** wl.alpha[tasks] * np.maximum(left - 1, 0)
+            with np.errstate(over="ignore", invalid="ignore"):
+                extra[: len(tasks), :3] = np.log1p(rw.quantiles(QUANTILES) / ref[:, None]) / 2.0
+            extra[: len(tasks), 3] = rw.prob_within(now)
+            extra[: len(tasks), 4] = rw.prob_within(cap)
+            extra[: len(tasks), 5] = fallback
+        # Unknown (nan) predictions read as 0 with the fallback flag set; "never" as the limit.
+        self._extra = np.clip(np.nan_to_num(extra, nan=0.0, posinf=LIMIT), -LIMIT, LIMIT)
+        return self._extra
+
+    def _refresh(self, sim: Any, tasks: np.ndarray) -> None:
+        stale = [
+            int(k) for k in tasks if self._cache.get(int(k), (-1,))[0] != len(sim.hist_work[k])
+        ]
+        if not stale:
+            return
+        works = [np.asarray(sim.hist_work[k]) for k in stale]
+        losses = [np.asarray(sim.hist_loss[k]) for k in stale]
+        rw = self.predictor.predict(works, losses, sim.workload.target[stale])
+        for i, k in enumerate(stale):
+            self._cache[k] = (len(works[i]), rw.samples[i], bool(rw.fallback[i]))

@@ -1,0 +1,107 @@
+"""Observation wrapper: layout, spaces, caching, determinism, PettingZoo API."""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import pytest
+import torch
+from pettingzoo.test import api_test, seed_test
+
+from flow_predictor.checkpoint import load_predictor
+from flow_predictor.wls import WLSPredictor
+from flow_predictor.wrapper import PREDICTOR_FEATURES, PredictorFeatures
+from mara_env.env import env
+
+torch.set_num_threads(1)
+SMALL = {"num_nodes": 4, "num_slots": 3, "horizon": 20}
+P = len(PREDICTOR_FEATURES)
+
+
+@pytest.fixture(scope="module")
+def flow():
+    return load_predictor(n_samples=16)
+
+
+def wrapped(predictor, **kw) -> PredictorFeatures:
+    return PredictorFeatures(env(**{**SMALL, **kw}), predictor=predictor)
+
+
+def play_until_reports(e, reports: int = 3, seed: int = 0) -> None:
+    """Random valid actions until a visible task has ``reports`` loss reports."""
+    rng = np.random.default_rng(seed)
+    engine = e.unwrapped.engine
+    for _ in range(200 * SMALL["num_nodes"]):
+        tasks = engine.slot_tasks[engine.slot_tasks >= 0]
+        if any(len(engine.sim.hist_work[k]) >= reports for k in tasks):
+            return
+        obs, _, term, trunc, _ = e.last()
+        assert not (term or trunc)
+        e.step(int(rng.choice(np.flatnonzero(obs["action_mask"]))))
+    raise AssertionError("no task reported enough losses")
+
+
+def test_api_test_with_shipped_flow(flow):
+    api_test(wrapped(flow), num_cycles=60)
+
+
+def test_seed_test_with_shipped_flow(flow):
+    seed_test(functools.partial(wrapped, flow), num_cycles=60)
+
+
+@pytest.mark.parametrize("kind", ["flow", "wls"])
+def test_layout_extends_every_slot_and_keeps_queue(flow, kind):
+    pred = flow if kind == "flow" else WLSPredictor()
+    e = wrapped(pred, load=3.0)
+    e.reset(seed=3)
+    play_until_reports(e)
+    agent = e.agent_selection
+    base = e.env.observe(agent)
+    obs = e.observe(agent)
+    k, d = e.num_slots, e.node_dim
+    assert (d, e.slot_dim) == (8, 12 + P)
+    assert obs["observation"].shape == (d + k * (12 + P),)
+    assert e.observation_space(agent) is e.observation_space(agent)
+    assert e.observation_space(agent).contains(obs)
+    slots = obs["observation"][d:].reshape(k, 12 + P)
+    np.testing.assert_array_equal(obs["observation"][:d], base["observation"][:d])
+    np.testing.assert_array_equal(slots[:, :12], base["observation"][d:].reshape(k, 12))
+    np.testing.assert_array_equal(obs["state"][-4:], base["state"][-4:])
+    np.testing.assert_array_equal(obs["action_mask"], base["action_mask"])
+    occupied = slots[:, 0] == 1
+    assert np.all(slots[~occupied, 12:] == 0)
+    assert (slots[occupied, -1] == 0).any()  # some task is predicted by the method itself
+    q = slots[occupied, 12:15]
+    assert np.all(np.diff(q, axis=1) >= 0)
+    np.testing.assert_array_equal(e.state(), obs["state"])
+
+
+class CountingPredictor(WLSPredictor):
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[int] = []
+
+    def predict(self, works, losses, targets):
+        self.calls.append(len(works))
+        return super().predict(works, losses, targets)
+
+
+def test_predictions_are_cached_until_a_task_reports():
+    pred = CountingPredictor()
+    e = wrapped(pred, load=3.0)
+    e.reset(seed=1)
+    play_until_reports(e)
+    engine = e.unwrapped.engine
+    before = len(pred.calls)
+    for agent in e.possible_agents:  # many observations in one round: at most one call
+        e.observe(agent)
+    e.state()
+    assert len(pred.calls) - before <= 1
+    visible = set(engine.slot_tasks[engine.slot_tasks >= 0].tolist())
+    before = len(pred.calls)
+    for _ in range(SMALL["num_nodes"]):  # everyone idles: nobody reports a new loss
+        e.step(SMALL["num_slots"])
+    e.observe(e.agent_selection)
+    new = set(engine.slot_tasks[engine.slot_tasks >= 0].tolist()) - visible
+    assert sum(pred.calls[before:]) == len(new)
