@@ -150,6 +150,18 @@ def evaluate(predictors: list[RemainingWorkPredictor], traces: TraceSet) -> pd.D
     return summarise(pd.concat([score(p, inst) for p in predictors], ignore_index=True))
 
 
+def evaluate_to_dir(
+    predictors: list[RemainingWorkPredictor], traces: TraceSet, out: str | Path
+) -> pd.DataFrame:
+    """:func:`evaluate`, then write ``predictor_metrics.csv`` and ``predictor_error.png``."""
+    metrics = evaluate(predictors, traces)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    metrics.to_csv(out / "predictor_metrics.csv", index=False)
+    plot_errors(metrics, out / "predictor_error.png")
+    return metrics
+
+
 def plot_errors(metrics: pd.DataFrame, path: str | Path) -> None:
     """``mae_log_ratio`` vs prefix fraction, one panel per family, one line per method."""
     import matplotlib

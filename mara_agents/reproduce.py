@@ -53,18 +53,13 @@ def retrain(out: Path) -> None:
 def evaluate_predictors(out: Path, samples: int = 64) -> pd.DataFrame:
     """Flow vs WLS vs Optimus on the test split; writes CSV + plot under ``out``."""
     from flow_predictor import load_predictor
-    from flow_predictor.evaluate import evaluate, plot_errors
+    from flow_predictor.evaluate import evaluate_to_dir
     from flow_predictor.optimus import OptimusPredictor
     from flow_predictor.wls import WLSPredictor
 
-    out.mkdir(parents=True, exist_ok=True)
     traces = load_traces(None, split="test")
-    metrics = evaluate(
-        [load_predictor(n_samples=samples), WLSPredictor(), OptimusPredictor()], traces
-    )
-    metrics.to_csv(out / "predictor_metrics.csv", index=False)
-    plot_errors(metrics, out / "predictor_error.png")
-    return metrics
+    methods = [load_predictor(n_samples=samples), WLSPredictor(), OptimusPredictor()]
+    return evaluate_to_dir(methods, traces, out)
 
 
 def predictor_table(metrics: pd.DataFrame) -> pd.DataFrame:

@@ -109,7 +109,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
     import torch
 
     from flow_predictor.checkpoint import CheckpointError, load_predictor
-    from flow_predictor.evaluate import evaluate, plot_errors
+    from flow_predictor.evaluate import evaluate_to_dir
     from flow_predictor.optimus import OptimusPredictor
     from flow_predictor.wls import WLSPredictor
     from mara_env.traces import TraceError, load_traces
@@ -124,11 +124,8 @@ def run_evaluate(args: argparse.Namespace) -> int:
     except (CheckpointError, TraceError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    metrics = evaluate([flow, WLSPredictor(), OptimusPredictor()], traces)
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    metrics.to_csv(out / "predictor_metrics.csv", index=False)
-    plot_errors(metrics, out / "predictor_error.png")
+    metrics = evaluate_to_dir([flow, WLSPredictor(), OptimusPredictor()], traces, out)
     print(metrics.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     print(f"wrote {out / 'predictor_metrics.csv'} and {out / 'predictor_error.png'}")
     return 0
