@@ -206,10 +206,14 @@ def _init_worker(config: ClusterConfig, traces: TraceSet | None) -> None:
 
 
 def _run_job(job: Job) -> list[dict]:
-    config = _WORKER["config"].replace(load=job.load)
+    return _job_rows(job, _WORKER["config"], _WORKER["traces"])
+
+
+def _job_rows(job: Job, config: ClusterConfig, traces: TraceSet) -> list[dict]:
+    config = config.replace(load=job.load)
     rows = []
     for episode, base, seed in job.episodes:
-        m = run_spec(job.spec, config, _WORKER["traces"], seed)
+        m = run_spec(job.spec, config, traces, seed)
         rows.append(
             {
                 "scheduler": job.spec,
@@ -221,6 +225,27 @@ def _run_job(job: Job) -> list[dict]:
                 "base_seed": base,
             }
         )
+    return rows
+
+
+def _run_on_ray(
+    jobs: list[Job], config: ClusterConfig, traces: TraceSet | None, address: str, bar: Any
+) -> list[dict]:
+    """Run the jobs as Ray tasks on an existing cluster, in job order."""
+    import ray
+
+    if not ray.is_initialized():
+        ray.init(address=address, log_to_driver=False)
+    if traces is None:
+        families = list(config.families or []) or None
+        traces = load_traces(config.traces, split=config.split, families=families)
+    remote = ray.remote(num_cpus=1)(_job_rows)
+    config_ref, traces_ref = ray.put(config), ray.put(traces)
+    pending = [remote.remote(job, config_ref, traces_ref) for job in jobs]
+    rows: list[dict] = []
+    for job, ref in zip(jobs, pending):
+        rows += ray.get(ref)
+        bar.update(len(job.episodes))
     return rows
 
 
@@ -251,6 +276,7 @@ def evaluate(
     workers: int | None = None,
     out_dir: str | os.PathLike | None = None,
     progress: bool = True,
+    address: str | None = None,
 ) -> pd.DataFrame:
     """Run every spec on the same episodes; one row per spec x load x episode.
 
@@ -258,6 +284,8 @@ def evaluate(
     ``traces`` is given; its ``load`` is replaced by each of ``loads``).  With
     ``out_dir`` also writes ``results.csv``, ``summary.md``, ``completion_vs_load.png``
     and TensorBoard scalars under ``tb/`` (see :func:`write_outputs`).
+    With ``address`` the episodes run as Ray tasks on that cluster (``"auto"``, or
+    ``host:port`` of a head started with ``ray start --head``); results are identical.
     """
     for spec in specs:
         check_spec(spec)
@@ -268,7 +296,9 @@ def evaluate(
     jobs = make_jobs(specs, loads, episodes, seeds, chunk)
     bar = _progress_bar(total, progress)
     rows: list[dict] = []
-    if workers == 1:
+    if address is not None:
+        rows = _run_on_ray(jobs, config, traces, address, bar)
+    elif workers == 1:
         _init_worker(config, traces)
         for job in jobs:
             rows += _run_job(job)

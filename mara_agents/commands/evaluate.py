@@ -49,6 +49,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--workers", type=int, default=None, help="worker processes (default: all CPU cores)"
     )
     parser.add_argument("--out", required=True, help="output directory")
+    parser.add_argument(
+        "--address",
+        default=None,
+        help="run episodes on this Ray cluster ('auto' or HOST:PORT of `ray start --head`)",
+    )
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
 
 
@@ -68,6 +73,7 @@ def run(args: argparse.Namespace) -> int:
             parse_list(args.seeds, int),
             config,
             workers=args.workers,
+            address=args.address,
             out_dir=args.out,
             progress=not args.no_progress,
         )
