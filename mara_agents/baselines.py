@@ -175,10 +175,8 @@ def explore_counts(sim: ClusterSim, tasks: np.ndarray, reports: int) -> np.ndarr
     return fill_in_order(sim, exploring, np.full(len(exploring), share))
 
 
-class LARA(Scheduler):
-    """LARA: WLS power-law prediction, explore-then-exploit, EDF with infeasible dropping."""
-
-    name = "lara"
+class _WLSScheduler(Scheduler):
+    """A scheduler that explores new tasks, then plans with LARA's online WLS predictions."""
 
     def __init__(
         self,
@@ -193,6 +191,12 @@ class LARA(Scheduler):
     def reset(self, sim: ClusterSim, rng: np.random.Generator) -> None:
         super().reset(sim, rng)
         self.predictor.reset()
+
+
+class LARA(_WLSScheduler):
+    """LARA: WLS power-law prediction, explore-then-exploit, EDF with infeasible dropping."""
+
+    name = "lara"
 
     def remaining(self, sim: ClusterSim, tasks: np.ndarray) -> np.ndarray:
         """Remaining work the planner believes each of ``tasks`` needs."""
@@ -229,7 +233,7 @@ class Oracle(LARA):
         return sim.remaining_true(tasks)
 
 
-class LeastSlack(Scheduler):
+class LeastSlack(_WLSScheduler):
     """Least slack first: slack = time to deadline - predicted ticks at the cap (WLS).
 
     Tasks with non-negative slack get their cap in slack order, then the others; new
@@ -237,20 +241,6 @@ class LeastSlack(Scheduler):
     """
 
     name = "least_slack"
-
-    def __init__(
-        self,
-        discount: float = DEFAULT_DISCOUNT,
-        ridge: float = DEFAULT_RIDGE,
-        explore_reports: int = DEFAULT_EXPLORE_REPORTS,
-        margin: float = DEFAULT_MARGIN,
-    ) -> None:
-        self.explore_reports = int(explore_reports)
-        self.predictor = WorkPredictor(discount, ridge, margin, explore_reports)
-
-    def reset(self, sim: ClusterSim, rng: np.random.Generator) -> None:
-        super().reset(sim, rng)
-        self.predictor.reset()
 
     def allocate(self, sim: ClusterSim) -> np.ndarray:
         order = edf_order(sim)

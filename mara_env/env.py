@@ -262,6 +262,29 @@ def _make_config(
     return ClusterConfig.from_dict({**(config or {}), **kwargs})
 
 
+def _setup(
+    env: Any,
+    config: ClusterConfig | dict[str, Any] | None,
+    render_mode: str | None,
+    trace_set: TraceSet | None,
+    kwargs: dict[str, Any],
+) -> None:
+    """Shared constructor of the AEC and parallel envs: config, engine, agents."""
+    if render_mode is not None and render_mode not in raw_env.metadata["render_modes"]:
+        raise ValueError(f"render_mode {render_mode!r}; expected one of ['ansi'] or None")
+    env.render_mode = render_mode
+    env.config = _make_config(config, kwargs)
+    env.engine = ClusterEngine(env.config, trace_set)
+    env.possible_agents = list(env.engine.agents)
+
+
+def _render(env: Any) -> str | None:
+    if env.render_mode is None:
+        gymnasium.logger.warn("render() called without a render_mode; pass render_mode='ansi'")
+        return None
+    return env.engine.render_ansi()
+
+
 class raw_env(AECEnv):
     """Compute-cluster scheduling: N nodes (agents) share themselves among learning tasks.
 
@@ -326,12 +349,7 @@ class raw_env(AECEnv):
         **kwargs: Any,
     ) -> None:
         super().__init__()
-        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
-            raise ValueError(f"render_mode {render_mode!r}; expected one of ['ansi'] or None")
-        self.render_mode = render_mode
-        self.config = _make_config(config, kwargs)
-        self.engine = ClusterEngine(self.config, trace_set)
-        self.possible_agents = list(self.engine.agents)
+        _setup(self, config, render_mode, trace_set, kwargs)
         self._index = {a: i for i, a in enumerate(self.possible_agents)}
         self.observation_spaces = {a: self.engine.observation_space for a in self.possible_agents}
         self.action_spaces = {a: self.engine.action_space for a in self.possible_agents}
@@ -389,10 +407,7 @@ class raw_env(AECEnv):
         self._accumulate_rewards()
 
     def render(self) -> str | None:
-        if self.render_mode is None:
-            gymnasium.logger.warn("render() called without a render_mode; pass render_mode='ansi'")
-            return None
-        return self.engine.render_ansi()
+        return _render(self)
 
 
 class parallel_raw_env(ParallelEnv):
@@ -411,12 +426,7 @@ class parallel_raw_env(ParallelEnv):
         trace_set: TraceSet | None = None,
         **kwargs: Any,
     ) -> None:
-        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
-            raise ValueError(f"render_mode {render_mode!r}; expected one of ['ansi'] or None")
-        self.render_mode = render_mode
-        self.config = _make_config(config, kwargs)
-        self.engine = ClusterEngine(self.config, trace_set)
-        self.possible_agents = list(self.engine.agents)
+        _setup(self, config, render_mode, trace_set, kwargs)
         self.agents: list[str] = []
 
     def observation_space(self, agent: str) -> gymnasium.Space:
@@ -455,10 +465,7 @@ class parallel_raw_env(ParallelEnv):
         return observations, rewards, terminations, truncations, infos
 
     def render(self) -> str | None:
-        if self.render_mode is None:
-            gymnasium.logger.warn("render() called without a render_mode; pass render_mode='ansi'")
-            return None
-        return self.engine.render_ansi()
+        return _render(self)
 
 
 def env(**kwargs: Any) -> AECEnv:
