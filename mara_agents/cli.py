@@ -14,9 +14,11 @@ import sys
 
 # command name -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
+    "reproduce": ("mara_agents.commands.reproduce", "the main job: predictor + scheduler results"),
     "simulate": ("mara_agents.commands.simulate", "run schedulers on the simulator, print a table"),
     "evaluate": ("mara_agents.commands.evaluate", "compare schedulers on the same episodes"),
     "traces": ("mara_agents.commands.traces", "collect, import and inspect trace libraries"),
+    "predictor": ("mara_agents.commands.predictor", "train and evaluate the loss predictor"),
     "train": (
         "mara_agents.commands.train",
         "train a MARA policy from an experiment YAML (RLlib PPO)",

@@ -85,6 +85,14 @@ def _scheduler_agent(name: str) -> Agent:
 
 
 register_agent_factory("env", _scheduler_agent)
+# the learned policy: ``mara=POLICY.pt``, or plain ``mara`` for the shipped policy
+register_agent_factory("mara", "mara_agents.export:make_agent")
+ALIASES = {"mara": "mara="}
+
+
+def resolve(spec: str) -> str:
+    """A spec with aliases expanded (plain ``mara`` is the shipped policy)."""
+    return ALIASES.get(spec, spec)
 
 
 def known_specs() -> list[str]:
@@ -287,6 +295,8 @@ def evaluate(
     With ``address`` the episodes run as Ray tasks on that cluster (``"auto"``, or
     ``host:port`` of a head started with ``ray start --head``); results are identical.
     """
+    names = list(specs)
+    specs = [resolve(s) for s in specs]
     for spec in specs:
         check_spec(spec)
     config = config or ClusterConfig()
@@ -311,8 +321,9 @@ def evaluate(
                 bar.update(len(job.episodes))
     bar.close()
     df = pd.DataFrame(rows, columns=list(COLUMNS))
+    df["scheduler"] = df["scheduler"].map(dict(zip(specs, names)))
     df = df.sort_values(["load", "episode"], kind="stable")
-    order = {s: i for i, s in enumerate(specs)}
+    order = {s: i for i, s in enumerate(names)}
     df = df.sort_values("scheduler", key=lambda s: s.map(order), kind="stable")
     df = df.reset_index(drop=True)
     if out_dir is not None:

@@ -33,11 +33,6 @@ def _done(start: float) -> None:
     print(f"   done in {time.perf_counter() - start:.0f} s", flush=True)
 
 
-def spec_of(name: str) -> str:
-    """Harness spec of a name: ``mara`` is the shipped policy (``mara=``)."""
-    return "mara=" if name == "mara" else name
-
-
 def retrain(out: Path) -> None:
     """Retrain predictor and policy from their commands (resumable, progress bars)."""
     ckpt = out / "retrained" / "flow.pt"
@@ -90,10 +85,10 @@ def gantt(config: ClusterConfig, seed: int, specs: Sequence[str], path: Path) ->
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from mara_agents.harness import run_spec
+    from mara_agents.harness import resolve, run_spec
 
     traces = load_traces(config.traces, split=config.split)
-    runs = [(name, run_spec(spec_of(name), config, traces, seed, record=True)) for name in specs]
+    runs = [(name, run_spec(resolve(name), config, traces, seed, record=True)) for name in specs]
     fig, axes = plt.subplots(len(runs), 1, figsize=(11, 2.2 * len(runs)), squeeze=False)
     cmap = matplotlib.colormaps["tab20"]
     for ax, (name, m) in zip(axes[:, 0], runs):
@@ -145,7 +140,7 @@ def reproduce(
     t = _step(f"schedulers: {', '.join(specs)} at loads {list(loads)}, {episodes} episodes, test")
     config = ClusterConfig(split="test")
     df = evaluate(
-        [spec_of(s) for s in specs],
+        list(specs),
         loads,
         episodes,
         seeds,
@@ -153,10 +148,7 @@ def reproduce(
         workers=workers,
         out_dir=out / "schedulers",
     )
-    df["scheduler"] = df["scheduler"].replace({"mara=": "mara"})
-    df.to_csv(out / "schedulers" / "results.csv", index=False)
     sched_md = summary_markdown(df)
-    (out / "schedulers" / "summary.md").write_text(sched_md)
     parts.append("## Task-completion rate (test split)\n\n" + sched_md)
     _done(t)
     t = _step("example episode allocation (Gantt chart)")

@@ -1,0 +1,48 @@
+"""Export the shared policy of an RLlib checkpoint to a small torch-only policy file.
+
+The file holds the network weights, its hyper-parameters, the observation layout, the
+env config it was trained on and a versioned header; load it with
+``mara_agents.export.load_policy(path)`` (no Ray runtime needed) or evaluate it with
+``mara evaluate --schedulers mara=POLICY.pt``.  A behaviour-cloning warm start
+(``OUT/<name>_pretrain.pt``) is exported the same way with ``--experiment FILE.yaml``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "checkpoint",
+        metavar="CHECKPOINT",
+        help="RLlib checkpoint directory (e.g. runs/mara/PPO_.../checkpoint_000009), "
+        "or a warm-start state dict (runs/<name>_pretrain.pt) together with --experiment",
+    )
+    parser.add_argument(
+        "--experiment",
+        metavar="FILE.yaml",
+        default=None,
+        help="experiment the warm-start state dict was trained for (only for a .pt CHECKPOINT)",
+    )
+    parser.add_argument("--out", required=True, metavar="POLICY.pt", help="policy file to write")
+
+
+def run(args: argparse.Namespace) -> int:
+    from mara_agents.experiment import load_experiment
+    from mara_agents.export import export_checkpoint, export_warm_start, load_policy
+
+    if Path(args.checkpoint).is_file():
+        if not args.experiment:
+            print("error: exporting a warm-start state dict needs --experiment", file=sys.stderr)
+            return 2
+        path = export_warm_start(args.checkpoint, load_experiment(args.experiment), args.out)
+    else:
+        path = export_checkpoint(args.checkpoint, args.out)
+    policy = load_policy(path)
+    size = path.stat().st_size / 1024
+    params = sum(p.numel() for p in policy.net.parameters())
+    print(f"wrote {path} ({size:.0f} KiB, {params} parameters, wrapper={policy.wrapper})")
+    return 0

@@ -1,0 +1,67 @@
+"""Train a MARA policy from an experiment YAML with RLlib PPO under Ray Tune.
+
+Results, TensorBoard event files and checkpoints go to ``OUT/<name>/``; ``--resume``
+continues an interrupted run from its last checkpoint.  See docs/training.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "experiment", metavar="FILE.yaml", help="experiment file (see experiments/)"
+    )
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the run in OUT/<name> from its last checkpoint",
+    )
+    parser.add_argument(
+        "--address",
+        default=None,
+        help="address of a running Ray cluster; omitted: start a local one",
+    )
+    parser.add_argument("--out", default="runs", help="directory for results and checkpoints")
+    parser.add_argument(
+        "--num-env-runners",
+        type=int,
+        default=None,
+        help="override rllib.env_runners.num_env_runners (sampling processes)",
+    )
+    parser.add_argument("--verbose", type=int, default=1, help="Tune verbosity (0-3)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from mara_agents.experiment import load_experiment
+    from mara_env.config import ConfigError
+
+    try:
+        exp = load_experiment(args.experiment)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    from mara_agents.train import plot_learning_curves, train
+
+    grid = train(
+        exp,
+        out=args.out,
+        resume=args.resume,
+        address=args.address,
+        num_env_runners=args.num_env_runners,
+        verbose=args.verbose,
+    )
+    errors = [r.error for r in grid if r.error]
+    for err in errors:
+        print(f"error: {err}", file=sys.stderr)
+    best = grid[0]
+    print(f"run directory: {best.path}")
+    if best.checkpoint:
+        print(f"last checkpoint: {best.checkpoint.path}")
+    if (Path(best.path) / "result.json").is_file():
+        png = plot_learning_curves(best.path, Path(best.path) / "learning_curves.png")
+        print(f"learning curves: {png}")
+    return 1 if errors else 0

@@ -1,0 +1,331 @@
+"""Train MARA with RLlib PPO through Ray Tune, from a validated :class:`Experiment`.
+
+* :func:`build_config` turns an experiment into a ``PPOConfig`` (new API stack, one shared
+  module for all nodes, centralized critic, gamma = 1, the experiment's overrides last).
+* :class:`MaraMetrics` logs the simulator's episode metrics next to RLlib's; Tune's
+  TensorBoard logger writes them as ``ray/tune/env_runners/mara/<metric>``.
+* :func:`pretrain` clones a heuristic scheduler (behaviour cloning + critic regression)
+  into a state dict the module loads at setup (warm start).
+* :func:`train` runs (or resumes) the Tune experiment and returns the result grid.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import ray
+import torch
+from ray import tune
+from ray.rllib.algorithms.ppo import PPOConfig
+from ray.rllib.callbacks.callbacks import RLlibCallback
+from ray.rllib.core.rl_module.multi_rl_module import MultiRLModuleSpec
+from ray.rllib.core.rl_module.rl_module import RLModuleSpec
+
+from mara_agents.experiment import Experiment
+from mara_agents.rl_module import (
+    MASKED_LOGIT,
+    SHARED_MODULE_ID,
+    MaraNet,
+    MaraRLModule,
+    ObsLayout,
+    model_config_from,
+)
+from mara_agents.rllib_env import make_wrapped_env, register
+
+# Episode metrics (from the simulator) logged per episode, averaged per iteration.
+EPISODE_METRICS = (
+    "completion_rate",
+    "completed",
+    "expired",
+    "tasks",
+    "utilisation",
+    "reassignments",
+    "wasted_node_ticks",
+)
+TRAINING_DEFAULTS: dict[str, Any] = {
+    "gamma": 1.0,
+    "lambda_": 0.95,
+    "lr": 3e-4,
+    "train_batch_size_per_learner": 8000,
+    "minibatch_size": 1000,
+    "num_epochs": 4,
+    "entropy_coeff": 0.01,
+    "vf_loss_coeff": 0.5,
+    "vf_clip_param": 1000.0,
+    "clip_param": 0.2,
+    "grad_clip": 1.0,
+}
+ENV_RUNNER_DEFAULTS: dict[str, Any] = {"num_env_runners": 1, "num_envs_per_env_runner": 4}
+
+
+def policy_mapping_fn(agent_id: str, episode: Any = None, **kwargs: Any) -> str:
+    """Every node uses the shared module (parameter sharing)."""
+    return SHARED_MODULE_ID
+
+
+class MaraMetrics(RLlibCallback):
+    """Log the simulator's episode metrics (``infos["episode"]``) under ``mara/``."""
+
+    def on_environment_created(self, *, env_runner: Any = None, **kwargs: Any) -> None:
+        # Env runners infer one step at a time: intra-op threads only add contention
+        # (on a busy 2-core machine a tiny layer_norm took 10 ms with 2 threads).
+        torch.set_num_threads(1)
+
+    def on_episode_end(
+        self,
+        *,
+        episode: Any,
+        prev_episode_chunks: list[Any] | None = None,
+        metrics_logger: Any = None,
+        **kwargs: Any,
+    ) -> None:
+        if metrics_logger is None:
+            return
+        last = {aid: sa.get_infos()[-1:] for aid, sa in episode.agent_episodes.items()}
+        final = [(aid, i[0]["episode"]) for aid, i in last.items() if i and "episode" in i[0]]
+        if not final:
+            return
+        agent, info = final[0]
+        # The episode may have been sampled in several chunks; the team return is one
+        # node's return summed over all of them.
+        team_return = sum(
+            chunk.agent_episodes[agent].get_return()
+            for chunk in [*(prev_episode_chunks or []), episode]
+            if agent in chunk.agent_episodes
+        )
+        for key in EPISODE_METRICS:
+            metrics_logger.log_value(("mara", key), float(info[key]), reduce="mean", window=50)
+        # With gamma = 1 the shaped return telescopes to the completions; a gap means a
+        # truncated episode (Phi set to 0 early) or a shaping bug.
+        metrics_logger.log_value(("mara", "shaped_return"), float(team_return), window=50)
+        metrics_logger.log_value(
+            ("mara", "shaped_minus_completed"), float(team_return) - info["completed"], window=50
+        )
+
+
+def build_config(
+    exp: Experiment, num_env_runners: int | None = None, init_weights: str | None = None
+) -> PPOConfig:
+    """The PPO config of an experiment (overrides from ``exp.rllib`` applied last).
+
+    ``init_weights``: a ``MaraNet`` state dict (the warm start) every module loads at setup.
+    """
+    model = dict(exp.model)
+    if init_weights:
+        model["init_weights"] = str(init_weights)
+    runners = {**ENV_RUNNER_DEFAULTS, **exp.rllib.get("env_runners", {})}
+    if num_env_runners is not None:
+        runners["num_env_runners"] = num_env_runners
+    config = (
+        PPOConfig()
+        .environment(register(), env_config=exp.env_config(), disable_env_checking=True)
+        .framework("torch")
+        .env_runners(**runners)
+        .training(**{**TRAINING_DEFAULTS, **exp.rllib.get("training", {})})
+        .multi_agent(policies={SHARED_MODULE_ID}, policy_mapping_fn=policy_mapping_fn)
+        .rl_module(
+            rl_module_spec=MultiRLModuleSpec(
+                rl_module_specs={
+                    SHARED_MODULE_ID: RLModuleSpec(module_class=MaraRLModule, model_config=model)
+                }
+            )
+        )
+        .callbacks(MaraMetrics)
+        .debugging(seed=exp.seed)
+    )
+    for method, kwargs in exp.rllib.items():
+        if method not in ("env_runners", "training"):
+            getattr(config, method)(**kwargs)
+    return config
+
+
+# ---- behaviour-cloning warm start ---------------------------------------------------------
+def _scheduler(name: str) -> Any:
+    from mara_agents.baselines import ALL_SCHEDULERS
+
+    if name not in ALL_SCHEDULERS:
+        raise ValueError(f"pretrain.scheduler={name!r}: expected one of {sorted(ALL_SCHEDULERS)}")
+    return ALL_SCHEDULERS[name]()
+
+
+def collect_demonstrations(exp: Experiment, episodes: int, seed: int) -> dict[str, np.ndarray]:
+    """Run a heuristic scheduler in the (wrapped) env; per-step obs, actions, returns-to-go."""
+    from mara_env.schedulers import SchedulerAgent
+
+    env = make_wrapped_env(exp.env_config())
+    agent = SchedulerAgent(_scheduler(exp.pretrain.scheduler))
+    obs, masks, states, actions, targets = [], [], [], [], []
+    for ep in range(episodes):
+        env.reset(seed=seed + ep)
+        agent.reset(env, seed + ep)
+        rounds: list[int] = []  # round index of each recorded step
+        rewards: list[float] = []  # team reward of each round
+        for name in env.agent_iter():
+            o, _, term, trunc, _ = env.last()
+            if term or trunc:
+                env.step(None)
+                continue
+            if name == env.possible_agents[0]:
+                rewards.append(0.0)
+            a = agent.act(env, name)
+            obs.append(o["observation"])
+            masks.append(o["action_mask"])
+            states.append(o["state"])
+            actions.append(a)
+            rounds.append(len(rewards) - 1)
+            env.step(a)
+            if name == env.possible_agents[-1]:
+                rewards[-1] = float(env.rewards[name])
+        to_go = np.cumsum(np.asarray(rewards)[::-1])[::-1]
+        targets.append(to_go[np.asarray(rounds)])
+    return {
+        "obs": np.asarray(obs, np.float32),
+        "mask": np.asarray(masks, np.float32),
+        "state": np.asarray(states, np.float32),
+        "action": np.asarray(actions, np.int64),
+        "return": np.concatenate(targets).astype(np.float32),
+    }
+
+
+def pretrain(exp: Experiment, out: Path, log: Any = None) -> Path:
+    """Behaviour-clone ``exp.pretrain.scheduler`` into a ``MaraNet`` state dict at ``out``."""
+    log = log or functools.partial(print, flush=True)
+    cfg = exp.pretrain
+    t0 = time.time()
+    data = collect_demonstrations(exp, cfg.episodes, seed=10_000 + exp.seed)
+    log(
+        f"pretrain: {len(data['action'])} steps from {cfg.episodes} episodes "
+        f"of {cfg.scheduler} in {time.time() - t0:.0f}s"
+    )
+    layout = ObsLayout.infer(data["obs"].shape[1], data["state"].shape[1], data["mask"].shape[1])
+    torch.manual_seed(exp.seed)
+    net = MaraNet(layout, model_config_from(exp.model))
+    opt = torch.optim.Adam(net.parameters(), lr=cfg.lr)
+    t = {k: torch.from_numpy(v) for k, v in data.items()}
+    n = len(t["action"])
+    gen = torch.Generator().manual_seed(exp.seed)
+    for epoch in range(max(cfg.epochs, cfg.value_epochs)):
+        perm = torch.randperm(n, generator=gen)
+        total, correct = 0.0, 0
+        for i in range(0, n, cfg.batch_size):
+            idx = perm[i : i + cfg.batch_size]
+            loss = torch.zeros(())
+            if epoch < cfg.epochs:
+                logits = net.logits(t["obs"][idx], t["mask"][idx])
+                target = t["action"][idx]
+                # Demonstrations the policy cannot take (idling while a slot is valid,
+                # under work_conserving) would dominate the loss: clone the others only.
+                ok = logits.gather(1, target[:, None]).squeeze(1) > MASKED_LOGIT / 2
+                if ok.any():
+                    loss = torch.nn.functional.cross_entropy(logits[ok], target[ok])
+                correct += int((logits.argmax(-1) == target).sum())
+            if epoch < cfg.value_epochs:
+                err = (net.value(t["state"][idx]) - t["return"][idx]) / net.config.value_scale
+                loss = loss + 0.5 * (err**2).mean()
+            opt.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)
+            opt.step()
+            total += loss.item() * len(idx)
+        log(f"pretrain epoch {epoch + 1}: loss {total / n:.4f}  action accuracy {correct / n:.3f}")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    torch.save(net.state_dict(), out)
+    return out
+
+
+# ---- running ------------------------------------------------------------------------------
+def train(
+    exp: Experiment,
+    out: str | Path = "runs",
+    resume: bool = False,
+    address: str | None = None,
+    num_env_runners: int | None = None,
+    verbose: int = 1,
+) -> tune.ResultGrid:
+    """Run (or with ``resume`` continue) the experiment under ``out/<name>``."""
+    out = Path(out).resolve()
+    exp_dir = out / exp.name
+    if not ray.is_initialized():
+        ray.init(address=address, include_dashboard=False, log_to_driver=verbose > 1)
+    register()
+    if resume:
+        if not tune.Tuner.can_restore(str(exp_dir)):
+            raise FileNotFoundError(f"nothing to resume in {exp_dir}")
+        tuner = tune.Tuner.restore(str(exp_dir), trainable="PPO", resume_errored=True)
+        return tuner.fit()
+    weights = None
+    if exp.pretrain.episodes > 0:
+        weights = pretrain(exp, exp_dir.with_name(exp.name + "_pretrain.pt"))
+    config = build_config(exp, num_env_runners, init_weights=weights)
+    ck = exp.checkpoint
+    tuner = tune.Tuner(
+        "PPO",
+        param_space=config,
+        run_config=tune.RunConfig(
+            name=exp.name,
+            storage_path=str(out),
+            stop=exp.tune_stop(),
+            verbose=verbose,
+            checkpoint_config=tune.CheckpointConfig(
+                checkpoint_frequency=ck.frequency,
+                num_to_keep=ck.keep,
+                checkpoint_at_end=ck.at_end,
+            ),
+        ),
+    )
+    return tuner.fit()
+
+
+CURVES = (
+    ("env_runners/mara/completion_rate", "completion rate (train episodes)"),
+    ("env_runners/mara/shaped_return", "shaped return = completions"),
+    ("env_runners/mara/reassignments", "re-assignments per episode"),
+)
+
+
+def _nested(d: dict[str, Any], path: str) -> float:
+    for key in path.split("/"):
+        if not isinstance(d, dict) or key not in d:
+            return float("nan")
+        d = d[key]
+    return float(d)
+
+
+def learning_curves(trial_dir: str | Path) -> dict[str, np.ndarray]:
+    """``num_env_steps_sampled_lifetime`` and :data:`CURVES` per iteration of a trial.
+
+    Read from ``result.json`` (Tune's CSV fixes its columns at the first iteration, before
+    any episode has ended, so the episode metrics are missing there).
+    """
+    import json
+
+    lines = (Path(trial_dir) / "result.json").read_text().splitlines()
+    rows = [json.loads(line) for line in lines if line.strip()]
+    keys = ("num_env_steps_sampled_lifetime", *(c for c, _ in CURVES))
+    return {k: np.array([_nested(r, k) for r in rows]) for k in keys}
+
+
+def plot_learning_curves(trial_dir: str | Path, png: str | Path) -> Path:
+    """Plot :data:`CURVES` against sampled agent steps for one trial."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    data = learning_curves(trial_dir)
+    x = data["num_env_steps_sampled_lifetime"] / 1e6
+    fig, axes = plt.subplots(1, len(CURVES), figsize=(4.2 * len(CURVES), 3.2))
+    for ax, (col, title) in zip(axes, CURVES):
+        ok = np.isfinite(data[col])  # iterations in which no episode ended
+        ax.plot(x[ok], data[col][ok], marker=".")
+        ax.set_title(title, fontsize=10)
+        ax.set_xlabel("agent steps sampled (millions)")
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(png, dpi=120)
+    plt.close(fig)
+    return Path(png)
