@@ -148,7 +148,12 @@ def reproduce(
         workers=workers,
         out_dir=out / "schedulers",
     )
-    sched_md = summary_markdown(df)
+    # nest the harness's summary under our section heading
+    sched_md = "\n".join(
+        "#" + line if line.startswith("## ") else line
+        for line in summary_markdown(df).splitlines()
+        if not line.startswith("# ")
+    )
     parts.append("## Task-completion rate (test split)\n\n" + sched_md)
     _done(t)
     t = _step("example episode allocation (Gantt chart)")

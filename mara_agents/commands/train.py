@@ -33,6 +33,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="override rllib.env_runners.num_env_runners (sampling processes)",
     )
     parser.add_argument("--verbose", type=int, default=1, help="Tune verbosity (0-3)")
+    parser.add_argument(
+        "--pretrain-only",
+        action="store_true",
+        help="only the behaviour-cloning warm start (no Ray, no PPO): writes "
+        "OUT/<name>_pretrain.pt, which `mara export ... --experiment FILE.yaml` turns into a "
+        "policy file",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -44,6 +51,15 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    if args.pretrain_only:
+        from mara_agents.train import pretrain
+
+        if exp.pretrain.episodes <= 0:
+            print(f"error: {args.experiment} has no pretrain section", file=sys.stderr)
+            return 2
+        path = pretrain(exp, Path(args.out) / f"{exp.name}_pretrain.pt", log=print)
+        print(f"wrote {path}; export: mara export {path} --experiment {args.experiment} --out P.pt")
+        return 0
     from mara_agents.train import plot_learning_curves, train
 
     grid = train(
