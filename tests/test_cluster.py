@@ -33,3 +33,17 @@ def test_evaluation_on_a_two_node_cluster_matches_local(cluster, tmp_path):
     local = evaluate(*args, config=config, workers=1, progress=False)
     assert on_ray.equals(local)
     assert (tmp_path / "ray" / "results.csv").exists()
+
+
+def test_smoke_training_on_a_two_node_cluster(cluster, tmp_path):
+    from mara_agents.experiment import load_experiment
+    from mara_agents.train import train
+    from tests.test_train import smoke_yaml
+
+    exp = load_experiment(smoke_yaml(tmp_path))
+    # the algorithm takes the head's CPU, the env runner has to go to the other node
+    grid = train(exp, out=tmp_path / "runs", address=cluster.address, num_env_runners=1, verbose=0)
+    result = grid[0]
+    assert result.error is None
+    assert result.metrics["training_iteration"] >= 1
+    assert result.metrics["env_runners"]["num_env_steps_sampled"] > 0
