@@ -71,6 +71,12 @@ def _iterations(trial_dir: Path) -> list[int]:
 
 def test_resume_continues_after_a_kill(tmp_path: Path) -> None:
     path = smoke_yaml(tmp_path, training_iteration=3)
+    # Iterations long enough (seconds) that the run is still going after its first
+    # checkpoint, so the kill really interrupts it.
+    data = yaml.safe_load(path.read_text())
+    data["rllib"]["env_runners"]["rollout_fragment_length"] = 1500
+    data["rllib"]["training"].update(train_batch_size_per_learner=1500, minibatch_size=500)
+    path.write_text(yaml.safe_dump(data))
     out = tmp_path / "runs"
     cmd = [sys.executable, "-m", "mara_agents.cli", "train", str(path), "--out", str(out)]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
@@ -84,14 +90,14 @@ def test_resume_continues_after_a_kill(tmp_path: Path) -> None:
         stderr=subprocess.DEVNULL,
     )
     try:
-        deadline = time.time() + 90
+        deadline = time.time() + 180
         # Wait for the first checkpoint and its reported result, then kill.
         while not (
             list(out.glob("mara_smoke/*/checkpoint_000000"))
             and any(p.stat().st_size for p in out.glob("mara_smoke/*/result.json"))
         ):
             assert proc.poll() is None, "training exited before its first checkpoint"
-            assert time.time() < deadline, "no checkpoint within 90 s"
+            assert time.time() < deadline, "no checkpoint within 180 s"
             time.sleep(0.5)
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
@@ -100,7 +106,7 @@ def test_resume_continues_after_a_kill(tmp_path: Path) -> None:
     done_before = max(_iterations(trial), default=0)
     assert done_before < 3
     resumed = subprocess.run(
-        [*cmd, "--resume"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+        [*cmd, "--resume"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
     )
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     its = _iterations(trial)
