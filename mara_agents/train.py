@@ -250,7 +250,8 @@ def train(
     out = Path(out).resolve()
     exp_dir = out / exp.name
     if not ray.is_initialized():
-        ray.init(address=address, include_dashboard=False, log_to_driver=verbose > 1)
+        # "local": never attach to some other Ray instance running on this machine
+        ray.init(address=address or "local", include_dashboard=False, log_to_driver=verbose > 1)
     register()
     if resume:
         if not tune.Tuner.can_restore(str(exp_dir)):
