@@ -27,6 +27,7 @@ from pettingzoo import AECEnv
 from pettingzoo.utils import BaseWrapper
 
 from flow_predictor.remaining import RemainingWork, RemainingWorkPredictor
+from mara_env.env import NODE_FEATURES, SLOT_FEATURES
 
 PREDICTOR_FEATURES = (
     "pred_q10",  # log1p(10% quantile of remaining reference ticks) / 2
@@ -57,8 +58,8 @@ class PredictorFeatures(BaseWrapper):
         engine = self._engine = env.unwrapped.engine  # persists across resets
         base = engine.observation_space
         self.num_slots = engine.config.num_slots
-        self.node_dim = len(base["observation"].low) - self.num_slots * 12
-        self.base_slot_dim = 12
+        self.node_dim = len(NODE_FEATURES)
+        self.base_slot_dim = len(SLOT_FEATURES)
         self.slot_dim = self.base_slot_dim + len(PREDICTOR_FEATURES)
         self.queue_dim = len(base["state"].low) - len(base["observation"].low)
         obs_dim = self.node_dim + self.num_slots * self.slot_dim

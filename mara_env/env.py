@@ -126,7 +126,7 @@ class ClusterEngine:
         ]
         base[n_node : self.obs_dim] = self._slot_matrix(visible).ravel()
         base[self.obs_dim :] = self._queue_features()
-        self._base = np.clip(base, -OBS_LIMIT, OBS_LIMIT)
+        self._base = np.clip(base, -OBS_LIMIT, OBS_LIMIT)  # the one clip of the round
         self.phi = sim.potential() if phi is None else phi
 
     def _slot_matrix(self, tasks: np.ndarray) -> np.ndarray:
@@ -149,7 +149,7 @@ class ClusterEngine:
         f[:s, _SLOT["nodes_now"]] = sim.nodes_now[tasks] / wl.cap[tasks]
         f[:s, _SLOT["cap"]] = wl.cap[tasks] / 8.0
         f[:s, _SLOT["alpha"]] = wl.alpha[tasks]
-        return np.clip(f, -OBS_LIMIT, OBS_LIMIT)
+        return f
 
     # ---- per-node views ------------------------------------------------------------
     def mask(self) -> np.ndarray:
@@ -184,7 +184,7 @@ class ClusterEngine:
             np.mean(self.sim.progress(q)),
             np.mean(wl.cap[q]) / 8.0,
         ]
-        return np.clip(np.asarray(feats, np.float32), -OBS_LIMIT, OBS_LIMIT)
+        return np.asarray(feats, np.float32)
 
     # ---- acting ------------------------------------------------------------------
     def act(self, i: int, action: Any) -> dict[str, Any] | None:
