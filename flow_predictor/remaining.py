@@ -22,6 +22,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -148,3 +149,36 @@ def remaining_from_total(total: np.ndarray, current: np.ndarray) -> np.ndarray:
     """Remaining work from predicted total work, floored at ``MIN_RATIO * current``."""
     with np.errstate(invalid="ignore"):
         return np.where(np.isnan(total), np.nan, np.maximum(total - current, MIN_RATIO * current))
+
+
+class PredictionCache:
+    """Remaining-work samples of a running simulation's tasks, refreshed on new reports only.
+
+    ``sim`` is anything with ``hist_work``/``hist_loss`` (per-task report lists) and
+    ``workload.target`` (a :class:`mara_env.cluster.ClusterSim`).  :meth:`get` makes one
+    batched predictor call for the tasks that reported since they were last predicted.
+    """
+
+    def __init__(self, predictor: RemainingWorkPredictor) -> None:
+        self.predictor = predictor
+        self._cache: dict[int, tuple[int, np.ndarray, bool]] = {}
+
+    def clear(self) -> None:
+        """Forget every task (new episode)."""
+        self._cache.clear()
+
+    def get(self, sim: Any, tasks: np.ndarray) -> RemainingWork:
+        """Remaining-work samples of ``tasks`` given their reports so far."""
+        cache = self._cache
+        stale = [int(k) for k in tasks if cache.get(int(k), (-1,))[0] != len(sim.hist_work[k])]
+        if stale:
+            works = [np.asarray(sim.hist_work[k]) for k in stale]
+            losses = [np.asarray(sim.hist_loss[k]) for k in stale]
+            rw = self.predictor.predict(works, losses, sim.workload.target[stale])
+            for i, k in enumerate(stale):
+                cache[k] = (len(works[i]), rw.samples[i], bool(rw.fallback[i]))
+        hits = [cache[int(k)] for k in tasks]
+        return RemainingWork(
+            np.stack([h[1] for h in hits]) if hits else np.zeros((0, 1)),
+            np.array([h[2] for h in hits], bool),
+        )

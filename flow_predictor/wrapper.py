@@ -26,8 +26,9 @@ from gymnasium import spaces
 from pettingzoo import AECEnv
 from pettingzoo.utils import BaseWrapper
 
-from flow_predictor.remaining import RemainingWork, RemainingWorkPredictor
+from flow_predictor.remaining import PredictionCache, RemainingWork, RemainingWorkPredictor
 from mara_env.env import NODE_FEATURES, SLOT_FEATURES
+from mara_env.schedulers import nodes_needed, warm_nodes
 
 PREDICTOR_FEATURES = (
     "pred_q10",  # log1p(10% quantile of remaining reference ticks) / 2
@@ -36,9 +37,42 @@ PREDICTOR_FEATURES = (
     "p_deadline_now",  # P(remaining work <= rate * nodes_now**alpha * ticks left)
     "p_deadline_cap",  # P(remaining work <= rate * cap**alpha * (ticks left - 1)); -1: warm-up
     "pred_fallback",  # 1 if the prefix was too short for the predictor (or unknown)
+    "pred_nodes_needed",  # confident_nodes / cap: the share a task confidently needs
 )
 QUANTILES = (0.1, 0.5, 0.9)
 LIMIT = 10.0
+# confident_nodes: the SAFE_QUANTILE of remaining work must fit SAFE_SLACK ticks early.
+SAFE_QUANTILE = 0.9
+SAFE_SLACK = 2
+
+
+def confident_nodes(
+    sim: Any,
+    tasks: np.ndarray,
+    rw: RemainingWork,
+    quantile: float = SAFE_QUANTILE,
+    slack: int = SAFE_SLACK,
+) -> np.ndarray:
+    """Fewest nodes that finish each task ``slack`` ticks before its deadline if its
+    remaining work is the predicted ``quantile``; its cap when no count within the cap
+    does, or when the prediction is a fallback (prefix too short) or unknown.
+
+    ``rw`` holds the predictions of ``tasks`` (remaining work from each task's last
+    report; work done since then is subtracted).
+    """
+    wl = sim.workload
+    last = np.array([sim.hist_work[k][-1] if sim.hist_work[k] else 0.0 for k in tasks])
+    q = rw.quantiles([quantile])[:, 0] - (sim.work[tasks] - last)
+    q = np.where(rw.fallback, np.inf, np.maximum(q, 0.0))
+    need = nodes_needed(
+        q,
+        wl.deadline[tasks] - sim.t - slack,
+        wl.cap[tasks],
+        warm_nodes(sim, tasks),
+        wl.rate[tasks],
+        wl.alpha[tasks],
+    )
+    return np.where(need > 0, need, wl.cap[tasks])
 
 
 class PredictorFeatures(BaseWrapper):
@@ -55,6 +89,7 @@ class PredictorFeatures(BaseWrapper):
 
             predictor = load_predictor(n_samples=32)
         self.predictor = predictor
+        self._predictions = PredictionCache(predictor)
         engine = self._engine = env.unwrapped.engine  # persists across resets
         base = engine.observation_space
         self.num_slots = engine.config.num_slots
@@ -72,7 +107,6 @@ class PredictorFeatures(BaseWrapper):
             }
         )
         self.observation_spaces = {a: space for a in env.possible_agents}
-        self._cache: dict[int, tuple[int, np.ndarray, bool]] = {}
         self._key: tuple[int, int] | None = None
         self._extra = np.zeros((self.num_slots, len(PREDICTOR_FEATURES)), np.float32)
 
@@ -80,7 +114,7 @@ class PredictorFeatures(BaseWrapper):
         return self.observation_spaces[agent]
 
     def reset(self, seed: int | None = None, options: dict | None = None) -> None:
-        self._cache.clear()
+        self._predictions.clear()
         self._key = None
         super().reset(seed=seed, options=options)
 
@@ -132,11 +166,8 @@ class PredictorFeatures(BaseWrapper):
         tasks = engine.slot_tasks[engine.slot_tasks >= 0]
         extra = np.zeros_like(self._extra)
         if len(tasks):
-            self._refresh(sim, tasks)
+            rw = self._predictions.get(sim, tasks)
             wl, cfg = sim.workload, engine.config
-            samples = np.stack([self._cache[int(k)][1] for k in tasks])
-            fallback = np.array([self._cache[int(k)][2] for k in tasks])
-            rw = RemainingWork(samples, fallback)
             ref = wl.rate[tasks] * np.minimum(wl.cap[tasks], cfg.ref_nodes) ** wl.alpha[tasks]
             left = wl.deadline[tasks] - sim.t
             now = wl.rate[tasks] * sim.nodes_now[tasks] ** wl.alpha[tasks] * left
@@ -145,19 +176,8 @@ class PredictorFeatures(BaseWrapper):
                 extra[: len(tasks), :3] = np.log1p(rw.quantiles(QUANTILES) / ref[:, None]) / 2.0
             extra[: len(tasks), 3] = rw.prob_within(now)
             extra[: len(tasks), 4] = rw.prob_within(cap)
-            extra[: len(tasks), 5] = fallback
+            extra[: len(tasks), 5] = rw.fallback
+            extra[: len(tasks), 6] = confident_nodes(sim, tasks, rw) / wl.cap[tasks]
         # Unknown (nan) predictions read as 0 with the fallback flag set; "never" as the limit.
         self._extra = np.clip(np.nan_to_num(extra, nan=0.0, posinf=LIMIT), -LIMIT, LIMIT)
         return self._extra
-
-    def _refresh(self, sim: Any, tasks: np.ndarray) -> None:
-        stale = [
-            int(k) for k in tasks if self._cache.get(int(k), (-1,))[0] != len(sim.hist_work[k])
-        ]
-        if not stale:
-            return
-        works = [np.asarray(sim.hist_work[k]) for k in stale]
-        losses = [np.asarray(sim.hist_loss[k]) for k in stale]
-        rw = self.predictor.predict(works, losses, sim.workload.target[stale])
-        for i, k in enumerate(stale):
-            self._cache[k] = (len(works[i]), rw.samples[i], bool(rw.fallback[i]))

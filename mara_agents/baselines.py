@@ -19,7 +19,15 @@ import numpy as np
 
 from flow_predictor.wls import fit_power_law
 from mara_env.cluster import ClusterSim
-from mara_env.schedulers import SCHEDULERS, Scheduler, edf_order, fill_in_order
+from mara_env.schedulers import (
+    SCHEDULERS,
+    Scheduler,
+    edf_order,
+    fill_in_order,
+    spread,
+    ticks_needed,
+    warm_nodes,
+)
 
 # Tuned on the validation split (benchmarks/tune_lara.py, docs/baselines.md).
 DEFAULT_DISCOUNT = 0.9
@@ -70,23 +78,6 @@ class WorkPredictor:
         """Predicted remaining work of ``tasks``, inflated by the safety margin."""
         total = self.total_work(sim, tasks)
         return np.maximum(total * (1.0 + self.margin) - sim.work[tasks], 0.0)
-
-
-def ticks_needed(
-    remaining: np.ndarray, nodes: np.ndarray, warm: np.ndarray, rate: np.ndarray, alpha: np.ndarray
-) -> np.ndarray:
-    """Ticks to finish ``remaining`` work on ``nodes`` nodes, ``warm`` of which served last tick.
-
-    Arrays broadcast (tasks along axis 0).  Nodes beyond the warm ones give nothing in
-    their first tick (warm-up); a task needs at least one tick with progress to report.
-    """
-    gain = rate * nodes**alpha
-    warm_gain = np.where(warm > 0, rate * np.maximum(warm, 1) ** alpha, 0.0)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        steady = np.maximum(1.0, np.ceil(remaining / gain - 1e-9))
-        after = np.maximum(1.0, np.ceil((remaining - warm_gain) / gain - 1e-9))
-    grow = np.where((warm > 0) & (remaining <= warm_gain), 1.0, 1.0 + after)
-    return np.where(nodes <= warm, steady, grow)
 
 
 @dataclass
@@ -150,19 +141,8 @@ def plan_allocation(
         counts[i] = min(int(target[i]), left)
         left -= counts[i]
     for want in (np.where(kept, np.minimum(warm, cap), 0), np.where(kept, cap, 0), cap):
-        left = _spread(counts, want, left)
+        left = spread(counts, want, left)
     return Plan(counts, kept, target)
-
-
-def _spread(counts: np.ndarray, want: np.ndarray, left: int) -> int:
-    """Add nodes one at a time round-robin (in index order) up to ``want``; returns nodes left."""
-    while left > 0:
-        room = np.flatnonzero(counts < want)[:left]
-        if not len(room):
-            break
-        counts[room] += 1
-        left -= len(room)
-    return left
 
 
 def explore_counts(sim: ClusterSim, tasks: np.ndarray, reports: int) -> np.ndarray:
@@ -337,15 +317,68 @@ class Optimus(Scheduler):
                 break
             n[i] += 1
             left -= 1
-        _spread(n, cap, left)
+        spread(n, cap, left)
         counts[rest] = n
         return counts
 
 
-def warm_nodes(sim: ClusterSim, tasks: np.ndarray) -> np.ndarray:
-    """Nodes that served each of ``tasks`` in the last tick (no warm-up if they stay)."""
-    served = np.bincount(sim.node_task[sim.node_task >= 0], minlength=len(sim.status))
-    return served[tasks]
+class FlowShare(Scheduler):
+    """Uniform share, but no task gets more nodes than it confidently needs.
+
+    Every tick each active task *wants* :func:`flow_predictor.wrapper.confident_nodes`
+    nodes: the fewest that finish it ``slack`` ticks before its deadline if its remaining
+    work is the ``quantile`` of the predicted distribution (its cap when no count within
+    the cap does, or while its prefix is too short to predict).  Nodes are shared round-robin
+    in deadline order up to the wants, then up to the caps: the same uniform share as
+    :class:`~mara_env.schedulers.Uniform`, with nodes a task will not need moved to the others.
+    ``predictor``: ``"flow"`` (the shipped checkpoint, 32 samples, as in the predictor
+    wrapper) or ``"wls"``.  The same quantity is the wrapper's ``pred_nodes_needed`` feature.
+    """
+
+    name = "flow_share"
+
+    def __init__(
+        self, quantile: float | None = None, slack: int | None = None, predictor: str = "flow"
+    ) -> None:
+        from flow_predictor import wrapper
+
+        self.quantile = wrapper.SAFE_QUANTILE if quantile is None else float(quantile)
+        self.slack = wrapper.SAFE_SLACK if slack is None else int(slack)
+        if predictor not in ("flow", "wls"):
+            raise ValueError(f"flow_share: predictor={predictor!r}; expected 'flow' or 'wls'")
+        self.predictor = predictor
+        self._predictions = None
+
+    def reset(self, sim: ClusterSim, rng: np.random.Generator) -> None:
+        super().reset(sim, rng)
+        from flow_predictor.remaining import PredictionCache
+
+        if self._predictions is None:
+            if self.predictor == "flow":
+                from flow_predictor.checkpoint import load_predictor
+
+                model = load_predictor(n_samples=32)
+            else:
+                from flow_predictor.wls import WLSPredictor
+
+                model = WLSPredictor()
+            self._predictions = PredictionCache(model)
+        self._predictions.clear()
+
+    def allocate(self, sim: ClusterSim) -> np.ndarray:
+        from flow_predictor.wrapper import confident_nodes
+
+        order = edf_order(sim)
+        counts = np.zeros(len(sim.status), np.int64)
+        if not len(order):
+            return counts
+        rw = self._predictions.get(sim, order)
+        want = confident_nodes(sim, order, rw, self.quantile, self.slack)
+        share = np.zeros(len(order), np.int64)
+        left = spread(share, want, sim.config.num_nodes)
+        spread(share, sim.workload.cap[order], left)
+        counts[order] = share
+        return counts
 
 
 ALL_SCHEDULERS: dict[str, type[Scheduler]] = {
@@ -354,4 +387,5 @@ ALL_SCHEDULERS: dict[str, type[Scheduler]] = {
     Oracle.name: Oracle,
     LeastSlack.name: LeastSlack,
     Optimus.name: Optimus,
+    FlowShare.name: FlowShare,
 }

@@ -75,6 +75,64 @@ def fill_in_order(sim: ClusterSim, order: np.ndarray, want: np.ndarray | None = 
     return counts
 
 
+def ticks_needed(
+    remaining: np.ndarray, nodes: np.ndarray, warm: np.ndarray, rate: np.ndarray, alpha: np.ndarray
+) -> np.ndarray:
+    """Ticks to finish ``remaining`` work on ``nodes`` nodes, ``warm`` of which served last tick.
+
+    Arrays broadcast (tasks along axis 0).  Nodes beyond the warm ones give nothing in
+    their first tick (warm-up); a task needs at least one tick with progress to report.
+    """
+    gain = rate * nodes**alpha
+    warm_gain = np.where(warm > 0, rate * np.maximum(warm, 1) ** alpha, 0.0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        steady = np.maximum(1.0, np.ceil(remaining / gain - 1e-9))
+        after = np.maximum(1.0, np.ceil((remaining - warm_gain) / gain - 1e-9))
+    grow = np.where((warm > 0) & (remaining <= warm_gain), 1.0, 1.0 + after)
+    return np.where(nodes <= warm, steady, grow)
+
+
+def warm_nodes(sim: ClusterSim, tasks: np.ndarray) -> np.ndarray:
+    """Nodes that served each of ``tasks`` in the last tick (no warm-up if they stay)."""
+    served = np.bincount(sim.node_task[sim.node_task >= 0], minlength=len(sim.status))
+    return served[tasks]
+
+
+def nodes_needed(
+    remaining: np.ndarray,
+    time_left: np.ndarray,
+    cap: np.ndarray,
+    warm: np.ndarray,
+    rate: np.ndarray,
+    alpha: np.ndarray,
+) -> np.ndarray:
+    """Fewest nodes (1..cap) that finish ``remaining`` within ``time_left`` ticks; 0 if none.
+
+    Warm-up is counted as in :func:`ticks_needed`; ``inf``/``nan`` remaining work gives 0.
+    """
+    remaining = np.asarray(remaining, np.float64)
+    need = np.zeros(len(remaining), np.int64)
+    if not len(remaining):
+        return need
+    n = np.arange(1, int(np.max(cap)) + 1)[None, :]
+    with np.errstate(invalid="ignore"):
+        ticks = ticks_needed(remaining[:, None], n, warm[:, None], rate[:, None], alpha[:, None])
+        ok = (n <= cap[:, None]) & (ticks <= time_left[:, None]) & np.isfinite(remaining)[:, None]
+    first = ok.argmax(axis=1)
+    return np.where(ok.any(axis=1), first + 1, 0)
+
+
+def spread(counts: np.ndarray, want: np.ndarray, left: int) -> int:
+    """Add nodes one at a time round-robin (in index order) up to ``want``; returns nodes left."""
+    while left > 0:
+        room = np.flatnonzero(counts < want)[:left]
+        if not len(room):
+            break
+        counts[room] += 1
+        left -= len(room)
+    return left
+
+
 class EDF(Scheduler):
     """Earliest deadline first: each task in deadline order gets its cap."""
 
@@ -108,16 +166,10 @@ class Uniform(Scheduler):
 
     def allocate(self, sim: ClusterSim) -> np.ndarray:
         order = edf_order(sim)
+        share = np.zeros(len(order), np.int64)
+        spread(share, sim.workload.cap[order], sim.config.num_nodes)
         counts = np.zeros(len(sim.status), np.int64)
-        left = sim.config.num_nodes
-        cap = sim.workload.cap
-        while left > 0:
-            room = order[counts[order] < cap[order]]
-            if not len(room):
-                break
-            take = room[:left]
-            counts[take] += 1
-            left -= len(take)
+        counts[order] = share
         return counts
 
 

@@ -6,10 +6,12 @@ import numpy as np
 import pytest
 
 from flow_predictor.wls import fit_power_law
-from mara_agents.baselines import ALL_SCHEDULERS, plan_allocation, ticks_needed
+from flow_predictor.wrapper import confident_nodes
+from mara_agents.baselines import ALL_SCHEDULERS, FlowShare, plan_allocation, ticks_needed
+from mara_env.cluster import ClusterSim
 from mara_env.config import ClusterConfig
 from mara_env.env import _cached_traces
-from mara_env.schedulers import SCHEDULERS, run_episode
+from mara_env.schedulers import SCHEDULERS, Uniform, edf_order, nodes_needed, run_episode
 
 
 def plan(remaining, time_left, cap, warm=None, num_nodes=4, **kw):
@@ -120,3 +122,48 @@ def test_oracle_beats_lara_beats_random_on_average(episode_setup) -> None:
         for name in ("oracle", "lara", "random")
     }
     assert rate["oracle"] >= rate["lara"] >= rate["random"]
+
+
+def test_nodes_needed_is_the_fewest_that_meet_the_deadline() -> None:
+    one = np.ones(4)
+    need = nodes_needed(
+        np.array([4.0, 9.0, 100.0, np.inf]),
+        np.array([5, 5, 5, 5]),
+        np.array([4, 4, 4, 4]),
+        np.array([1, 0, 4, 0]),  # warm nodes: the first task is already served by one
+        one,
+        one,
+    )
+    # 4 work on 1 warm node: 4 ticks; 9 work cold: 3 nodes give 0 + 3 + 3 + 3 = 9 in 4 ticks.
+    assert need.tolist() == [1, 3, 0, 0]  # 0: no count within the cap (or unknown work)
+
+
+def test_flow_share_moves_unneeded_nodes_to_other_tasks(episode_setup) -> None:
+    cfg, traces = episode_setup
+    sched = FlowShare(predictor="wls")
+    sim = ClusterSim(cfg, traces)
+    sim.reset(np.random.default_rng(4))
+    sched.reset(sim, np.random.default_rng(0))
+    order = want = np.zeros(0, np.int64)
+    while not (want < sim.workload.cap[order]).any():  # until some task needs less than its cap
+        sim.tick(Uniform().assign(sim))
+        order = edf_order(sim)
+        want = confident_nodes(sim, order, sched._predictions.get(sim, order))
+    counts = sched.allocate(sim)[order]
+    assert np.all(counts <= sim.workload.cap[order]) and counts.sum() <= cfg.num_nodes
+    # Uniform share up to the wants first: while any task is below its want, none is above.
+    assert not ((counts < want).any() and (counts > want).any())
+    # The nodes it does not need go to others: as many nodes in use as under uniform share.
+    assert counts.sum() == Uniform().allocate(sim).sum()
+    # Without confident predictions (every prefix too short) it is exactly uniform share.
+    fresh = ClusterSim(cfg, traces)
+    fresh.reset(np.random.default_rng(4))
+    sched.reset(fresh, np.random.default_rng(0))
+    while not len(fresh.active()):
+        fresh.tick(np.full(cfg.num_nodes, -1))
+    np.testing.assert_array_equal(sched.allocate(fresh), Uniform().allocate(fresh))
+
+
+def test_flow_share_rejects_an_unknown_predictor() -> None:
+    with pytest.raises(ValueError, match="expected 'flow' or 'wls'"):
+        FlowShare(predictor="gp")

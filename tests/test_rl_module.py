@@ -10,6 +10,7 @@ import torch
 from gymnasium import spaces
 from ray.rllib.core.columns import Columns
 
+from flow_predictor.wrapper import PREDICTOR_FEATURES
 from mara_agents.export import MaraAgent, export_checkpoint, load_policy
 from mara_agents.rl_module import MaraNet, MaraRLModule, ModelConfig, ModelError, ObsLayout
 from mara_env.env import SLOT_FEATURES
@@ -52,7 +53,8 @@ def make_module(slot_dim: int = SLOT, **model: object) -> MaraRLModule:
     )
 
 
-@pytest.mark.parametrize("slot_dim", [SLOT, SLOT + 6])  # without / with predictor features
+# without / with predictor features
+@pytest.mark.parametrize("slot_dim", [SLOT, SLOT + len(PREDICTOR_FEATURES)])
 def test_never_picks_a_masked_action(slot_dim: int) -> None:
     module = make_module(slot_dim)
     batch = random_batch(512, slot_dim=slot_dim)
@@ -158,7 +160,7 @@ def test_module_fits_the_env_with_and_without_predictor_features(
         action_space=next(iter(env.action_spaces.values())),
         model_config={"hidden": 8, "heads": 2, "critic_hidden": 8},
     )
-    assert module.layout.slot_dim == (12 if wrapper == "none" else 18)
+    assert module.layout.slot_dim == 12 + (0 if wrapper == "none" else len(PREDICTOR_FEATURES))
     obs, _ = env.reset(seed=1)
     for _ in range(60):
         agent, o = next(iter(obs.items()))

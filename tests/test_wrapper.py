@@ -71,7 +71,11 @@ def test_layout_extends_every_slot_and_keeps_queue(flow, kind):
     np.testing.assert_array_equal(obs["action_mask"], base["action_mask"])
     occupied = slots[:, 0] == 1
     assert np.all(slots[~occupied, 12:] == 0)
-    assert (slots[occupied, -1] == 0).any()  # some task is predicted by the method itself
+    fb = 12 + PREDICTOR_FEATURES.index("pred_fallback")
+    assert (slots[occupied, fb] == 0).any()  # some task is predicted by the method itself
+    need = slots[occupied, 12 + PREDICTOR_FEATURES.index("pred_nodes_needed")]
+    assert np.all((need > 0) & (need <= 1))
+    assert np.all(need[slots[occupied, fb] == 1] == 1)  # no confident prediction: the cap
     q = slots[occupied, 12:15]
     assert np.all(np.diff(q, axis=1) >= 0)
     np.testing.assert_array_equal(e.state(), obs["state"])
