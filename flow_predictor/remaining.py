@@ -152,33 +152,56 @@ def remaining_from_total(total: np.ndarray, current: np.ndarray) -> np.ndarray:
 
 
 class PredictionCache:
-    """Remaining-work samples of a running simulation's tasks, refreshed on new reports only.
+    """Remaining-work predictions of a running simulation's tasks, refreshed as reports come.
 
-    ``sim`` is anything with ``hist_work``/``hist_loss`` (per-task report lists) and
-    ``workload.target`` (a :class:`mara_env.cluster.ClusterSim`).  :meth:`get` makes one
-    batched predictor call for the tasks that reported since they were last predicted.
+    ``sim`` is anything with ``hist_work``/``hist_loss`` (per-task report lists), ``work``
+    (per-task work done) and ``workload.target`` (a :class:`mara_env.cluster.ClusterSim`).
+    A task is predicted again once its reports grew by ``refresh`` (a fraction, at least
+    one report) since its last prediction, and after every report while its prediction is a
+    fallback; :meth:`get` makes one batched predictor call for all such tasks.  Between
+    refreshes the cached samples are shifted by the work done since the prediction, so
+    :meth:`get` always answers "remaining work from now".  ``refresh=0`` predicts after
+    every report.
     """
 
-    def __init__(self, predictor: RemainingWorkPredictor) -> None:
+    def __init__(self, predictor: RemainingWorkPredictor, refresh: float = 0.0) -> None:
+        if refresh < 0:
+            raise ValueError(f"refresh must be >= 0 (a fraction of the reports), got {refresh}")
         self.predictor = predictor
-        self._cache: dict[int, tuple[int, np.ndarray, bool]] = {}
+        self.refresh = float(refresh)
+        # task -> (reports at prediction, work at prediction, samples, fallback)
+        self._cache: dict[int, tuple[int, float, np.ndarray, bool]] = {}
+        self.calls = 0  # predictor calls so far (for tests and benchmarks)
 
     def clear(self) -> None:
         """Forget every task (new episode)."""
         self._cache.clear()
 
+    def _stale(self, k: int, n: int) -> bool:
+        hit = self._cache.get(k)
+        if hit is None or (hit[3] and n != hit[0]):
+            return True
+        return n - hit[0] >= max(1, int(self.refresh * hit[0]))
+
     def get(self, sim: Any, tasks: np.ndarray) -> RemainingWork:
-        """Remaining-work samples of ``tasks`` given their reports so far."""
+        """Remaining work of ``tasks`` from their current work on."""
         cache = self._cache
-        stale = [int(k) for k in tasks if cache.get(int(k), (-1,))[0] != len(sim.hist_work[k])]
+        stale = [int(k) for k in tasks if self._stale(int(k), len(sim.hist_work[k]))]
         if stale:
             works = [np.asarray(sim.hist_work[k]) for k in stale]
             losses = [np.asarray(sim.hist_loss[k]) for k in stale]
             rw = self.predictor.predict(works, losses, sim.workload.target[stale])
+            self.calls += 1
             for i, k in enumerate(stale):
-                cache[k] = (len(works[i]), rw.samples[i], bool(rw.fallback[i]))
+                w = float(works[i][-1]) if len(works[i]) else 0.0
+                cache[k] = (len(works[i]), w, rw.samples[i], bool(rw.fallback[i]))
+        if not len(tasks):
+            return RemainingWork(np.zeros((0, 1)), np.zeros(0, bool))
         hits = [cache[int(k)] for k in tasks]
-        return RemainingWork(
-            np.stack([h[1] for h in hits]) if hits else np.zeros((0, 1)),
-            np.array([h[2] for h in hits], bool),
-        )
+        samples = np.stack([h[2] for h in hits])
+        done = np.asarray(sim.work, np.float64)[np.asarray(tasks)]
+        since = done - np.array([h[1] for h in hits])
+        if since.any():
+            floor = (MIN_RATIO * done)[:, None]
+            samples = np.maximum(samples - since[:, None], floor)  # nan and inf stay
+        return RemainingWork(samples, np.array([h[3] for h in hits], bool))

@@ -44,6 +44,8 @@ LIMIT = 10.0
 # confident_nodes: the SAFE_QUANTILE of remaining work must fit SAFE_SLACK ticks early.
 SAFE_QUANTILE = 0.9
 SAFE_SLACK = 2
+# A task is predicted again once its reports grew by this fraction (PredictionCache).
+REFRESH = 0.1
 
 
 def confident_nodes(
@@ -57,13 +59,11 @@ def confident_nodes(
     remaining work is the predicted ``quantile``; its cap when no count within the cap
     does, or when the prediction is a fallback (prefix too short) or unknown.
 
-    ``rw`` holds the predictions of ``tasks`` (remaining work from each task's last
-    report; work done since then is subtracted).
+    ``rw`` holds the predictions of ``tasks`` (remaining work from now, as
+    :meth:`PredictionCache.get` gives it).
     """
     wl = sim.workload
-    last = np.array([sim.hist_work[k][-1] if sim.hist_work[k] else 0.0 for k in tasks])
-    q = rw.quantiles([quantile])[:, 0] - (sim.work[tasks] - last)
-    q = np.where(rw.fallback, np.inf, np.maximum(q, 0.0))
+    q = np.where(rw.fallback, np.inf, rw.quantiles([quantile])[:, 0])
     need = nodes_needed(
         q,
         wl.deadline[tasks] - sim.t - slack,
@@ -82,14 +82,19 @@ class PredictorFeatures(BaseWrapper):
     with 32 samples); pass ``WLSPredictor()`` for the no-flow ablation — same layout.
     """
 
-    def __init__(self, env: AECEnv, predictor: RemainingWorkPredictor | None = None) -> None:
+    def __init__(
+        self,
+        env: AECEnv,
+        predictor: RemainingWorkPredictor | None = None,
+        refresh: float = REFRESH,
+    ) -> None:
         super().__init__(env)
         if predictor is None:
             from flow_predictor.checkpoint import load_predictor
 
             predictor = load_predictor(n_samples=32)
         self.predictor = predictor
-        self._predictions = PredictionCache(predictor)
+        self._predictions = PredictionCache(predictor, refresh)
         engine = self._engine = env.unwrapped.engine  # persists across resets
         base = engine.observation_space
         self.num_slots = engine.config.num_slots

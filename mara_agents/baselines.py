@@ -332,18 +332,24 @@ class FlowShare(Scheduler):
     in deadline order up to the wants, then up to the caps: the same uniform share as
     :class:`~mara_env.schedulers.Uniform`, with nodes a task will not need moved to the others.
     ``predictor``: ``"flow"`` (the shipped checkpoint, 32 samples, as in the predictor
-    wrapper) or ``"wls"``.  The same quantity is the wrapper's ``pred_nodes_needed`` feature.
+    wrapper) or ``"wls"``; ``refresh``: see :class:`flow_predictor.remaining.PredictionCache`.
+    Defaults are the wrapper's, so its ``pred_nodes_needed`` feature is exactly this want.
     """
 
     name = "flow_share"
 
     def __init__(
-        self, quantile: float | None = None, slack: int | None = None, predictor: str = "flow"
+        self,
+        quantile: float | None = None,
+        slack: int | None = None,
+        predictor: str = "flow",
+        refresh: float | None = None,
     ) -> None:
         from flow_predictor import wrapper
 
         self.quantile = wrapper.SAFE_QUANTILE if quantile is None else float(quantile)
         self.slack = wrapper.SAFE_SLACK if slack is None else int(slack)
+        self.refresh = wrapper.REFRESH if refresh is None else float(refresh)
         if predictor not in ("flow", "wls"):
             raise ValueError(f"flow_share: predictor={predictor!r}; expected 'flow' or 'wls'")
         self.predictor = predictor
@@ -362,7 +368,7 @@ class FlowShare(Scheduler):
                 from flow_predictor.wls import WLSPredictor
 
                 model = WLSPredictor()
-            self._predictions = PredictionCache(model)
+            self._predictions = PredictionCache(model, self.refresh)
         self._predictions.clear()
 
     def allocate(self, sim: ClusterSim) -> np.ndarray:

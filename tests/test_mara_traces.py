@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import gymnasium
 import numpy as np
 import pytest
 
 from mara_env.traces import MIN_POINTS, SHIPPED_LIBRARY, read_traces
 from mara_traces import collect as collect_mod
+from mara_traces import rl
 from mara_traces.collect import FAMILIES, collect, draw_configs
 from mara_traces.common import source_name
 from mara_traces.splits import SPLIT_RULES, split_of
@@ -91,3 +93,65 @@ def test_shipped_library_meets_the_counts():
     assert (per_trace["split"] == per_trace["source"].map(split_of)).all()
     # Held-out groups: no dataset/env/algorithm of a val/test rule appears in train.
     assert np.all(per_trace.loc[per_trace["split"] == "train", "source"].map(split_of) == "train")
+
+
+def test_v1_streams_still_draw_the_shipped_configs():
+    # Extension streams must never change the draws behind the shipped traces.
+    lib = read_traces(SHIPPED_LIBRARY)
+    shipped = lib.groupby("trace_id")["source"].first()
+    for family in FAMILIES:
+        for tid, cfg in draw_configs(family, 40, seed=0):
+            assert shipped[tid] == source_name(cfg), tid
+        assert draw_configs(family, 5, seed=0, stream="v1") == draw_configs(family, 5, seed=0)
+
+
+def test_extension_stream_is_separate_and_train_only():
+    ext = draw_configs("rl", 60, seed=0, stream="x1")
+    assert [tid for tid, _ in ext[:2]] == ["rl-x1-s0-000000", "rl-x1-s0-000001"]
+    assert draw_configs("rl", 5, seed=0, stream="x1") == ext[:5]
+    assert {tid for tid, _ in ext}.isdisjoint(tid for tid, _ in draw_configs("rl", 60, seed=0))
+    assert all(split_of(source_name(cfg)) == "train" for _, cfg in ext)
+    assert {cfg["algo"] for _, cfg in ext} == {"a2c", "ppo"}
+    assert {cfg["map"] for _, cfg in ext} >= {"4x4", "8x8"}
+    assert any("mapseed" in cfg for _, cfg in ext) and {cfg["slip"] for _, cfg in ext} == {0, 1}
+    with pytest.raises(ValueError, match="unknown config stream"):
+        draw_configs("rl", 1, seed=0, stream="x9")
+    with pytest.raises(ValueError, match="unknown config stream"):
+        draw_configs("tabular", 1, seed=0, stream="x1")
+
+
+@pytest.mark.parametrize(
+    "variant",
+    [{"map": "4x4", "slip": 0}, {"map": "8x8", "slip": 1}, {"map": "5x5", "mapseed": 7, "slip": 0}],
+)
+@pytest.mark.parametrize("algo", ["a2c", "ppo"])
+def test_frozen_lake_runs_give_valid_traces(variant, algo):
+    cfg = {"env": "FrozenLake-v1", **variant, "algo": algo, "model": "mlp-16x1", "opt": "adam"}
+    cfg |= {"lr": 0.003, "envs": 8, "horizon": 8, "gamma": 0.99, "lam": 0.95, "ent": 0.01}
+    cfg |= {"epochs": 2, "clip": 0.2} if algo == "ppo" else {}
+    cfg |= {"points": 12, "every": 2, "seed": 1}
+    steps, loss = rl.run(cfg)
+    assert len(steps) == len(loss) == 12
+    assert np.all(np.diff(steps) > 0)
+    assert np.all((loss >= 0) & (loss <= 1))
+    assert split_of(source_name(cfg)) == "train"
+
+
+def test_discrete_observations_are_one_hot():
+    dim, encode = rl.obs_encoder(gymnasium.spaces.Discrete(5))
+    assert dim == 5
+    np.testing.assert_array_equal(encode(np.array([0, 3])), np.eye(5, dtype=np.float32)[[0, 3]])
+    dim, encode = rl.obs_encoder(gymnasium.spaces.Box(-1, 1, (4,)))
+    obs = np.ones((2, 4), np.float32)
+    assert dim == 4 and encode(obs) is obs
+
+
+def test_extension_stream_appends_and_keeps_existing_rows(tmp_path):
+    out = tmp_path / "lib.parquet"
+    base = collect("rl", 2, out, seed=1, progress=False, budget=0.08)
+    both = collect("rl", 2, out, seed=1, progress=False, budget=0.08, stream="x1")
+    assert both.iloc[: len(base)].reset_index(drop=True).equals(base)
+    new = both.iloc[len(base) :]
+    assert set(new["trace_id"]) == {"rl-x1-s1-000000", "rl-x1-s1-000001"}
+    assert (new["split"] == "train").all() and new["source"].str.contains("FrozenLake").all()
+    assert new["loss"].between(0, 1).all()

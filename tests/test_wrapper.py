@@ -109,3 +109,33 @@ def test_predictions_are_cached_until_a_task_reports():
     e.observe(e.agent_selection)
     new = set(engine.slot_tasks[engine.slot_tasks >= 0].tolist()) - visible
     assert sum(pred.calls[before:]) == len(new)
+
+
+def test_prediction_cache_refreshes_on_report_growth_and_shifts_by_work_done():
+    from types import SimpleNamespace
+
+    from flow_predictor.remaining import PredictionCache
+
+    pred = CountingPredictor()
+    sim = SimpleNamespace(
+        hist_work=[[1.0, 2.0, 3.0, 4.0]],
+        hist_loss=[[1.0, 0.8, 0.7, 0.6]],
+        work=np.array([4.0]),
+        workload=SimpleNamespace(target=np.array([0.3])),
+    )
+    cache = PredictionCache(pred, refresh=0.5)
+    first = cache.get(sim, np.array([0])).samples[0, 0]
+    assert np.isfinite(first) and len(pred.calls) == 1
+    sim.hist_work[0].append(5.0)
+    sim.hist_loss[0].append(0.55)
+    sim.work[0] = 5.0
+    # One more report is less than half of four: no new call, the old answer minus 1 work.
+    assert cache.get(sim, np.array([0])).samples[0, 0] == pytest.approx(max(first - 1, 0.05))
+    assert len(pred.calls) == 1
+    sim.hist_work[0].append(6.0)
+    sim.hist_loss[0].append(0.5)
+    sim.work[0] = 6.0
+    cache.get(sim, np.array([0]))
+    assert len(pred.calls) == 2  # grown by two reports: predicted again
+    with pytest.raises(ValueError, match="refresh must be >= 0"):
+        PredictionCache(pred, refresh=-1)
