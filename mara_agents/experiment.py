@@ -54,7 +54,7 @@ STOP_KEYS = {
 class PretrainConfig:
     """Behaviour cloning of a heuristic scheduler before PPO (``episodes: 0`` disables it)."""
 
-    scheduler: str = "edf"  # a name in mara_env.schedulers.SCHEDULERS (or "lara")
+    scheduler: str = "edf"  # a scheduler spec, e.g. "uniform" or "flow_share:predictor=wls"
     episodes: int = 0  # env episodes of demonstrations
     epochs: int = 10  # passes over the demonstrations
     batch_size: int = 512
@@ -242,6 +242,16 @@ def parse_experiment(data: Any, where: str = "experiment") -> Experiment:
     wrapper_options = data.get("wrapper_options") or {}
     if not isinstance(wrapper_options, dict):
         raise ConfigError(f"{where}: wrapper_options: expected a mapping")
+    pretrain = _section(PretrainConfig, data.get("pretrain"), f"{where}: pretrain")
+    if pretrain.episodes > 0:
+        from mara_agents.harness import SpecError, make_scheduler
+
+        try:
+            make_scheduler(pretrain.scheduler)
+        except SpecError as err:
+            raise ConfigError(
+                f"{where}: pretrain.scheduler={pretrain.scheduler!r}: {err}"
+            ) from None
     return Experiment(
         name=name,
         env=ClusterConfig.from_dict(data["env"], where=f"{where}: env"),
@@ -250,7 +260,7 @@ def parse_experiment(data: Any, where: str = "experiment") -> Experiment:
         wrapper=wrapper,
         wrapper_options=dict(wrapper_options),
         model=_check_model(data.get("model"), f"{where}: model"),
-        pretrain=_section(PretrainConfig, data.get("pretrain"), f"{where}: pretrain"),
+        pretrain=pretrain,
         stop=_check_stop(data.get("stop"), f"{where}: stop"),
         rllib=_check_rllib(data.get("rllib"), f"{where}: rllib"),
         checkpoint=_section(CheckpointConfig, data.get("checkpoint"), f"{where}: checkpoint"),

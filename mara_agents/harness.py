@@ -126,7 +126,7 @@ def make_scheduler(spec: str) -> Scheduler:
         kwargs[key] = _parse_value(value)
     try:
         return ALL_SCHEDULERS[name](**kwargs)
-    except TypeError as exc:
+    except (TypeError, ValueError) as exc:
         raise SpecError(f"scheduler spec {spec!r}: {exc}") from None
 
 

@@ -144,12 +144,14 @@ def build_config(
 
 
 # ---- behaviour-cloning warm start ---------------------------------------------------------
-def _scheduler(name: str) -> Any:
-    from mara_agents.baselines import ALL_SCHEDULERS
+def _scheduler(spec: str) -> Any:
+    """The teacher: a scheduler spec as the harness reads it (``flow_share:predictor=wls``)."""
+    from mara_agents.harness import SpecError, make_scheduler
 
-    if name not in ALL_SCHEDULERS:
-        raise ValueError(f"pretrain.scheduler={name!r}: expected one of {sorted(ALL_SCHEDULERS)}")
-    return ALL_SCHEDULERS[name]()
+    try:
+        return make_scheduler(spec)
+    except SpecError as err:
+        raise ValueError(f"pretrain.scheduler={spec!r}: {err}") from None
 
 
 def collect_demonstrations(exp: Experiment, episodes: int, seed: int) -> dict[str, np.ndarray]:

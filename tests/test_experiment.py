@@ -29,6 +29,11 @@ def test_ablations_differ_from_the_method_in_one_thing() -> None:
     assert exp["mara"].wrapper == "flow" and exp["mara_no_flow"].wrapper == "wls"
     assert exp["mara_no_shaping"].env.shaping == 0.0 and exp["mara"].env.shaping > 0
     assert exp["mara_independent"].model["independent"] and not exp["mara"].model["independent"]
+    # The teacher sees what the policy sees: flow_share with the ablation's predictor.
+    assert exp["mara"].pretrain.scheduler == "flow_share"
+    assert exp["mara_no_flow"].pretrain.scheduler == "flow_share:predictor=wls"
+    for name in ("mara_no_shaping", "mara_independent"):
+        assert exp[name].pretrain == exp["mara"].pretrain
 
 
 @pytest.mark.parametrize(
@@ -43,6 +48,14 @@ def test_ablations_differ_from_the_method_in_one_thing() -> None:
         ({"stop": {"iterations": 3}}, ["iterations", "training_iteration"]),
         ({"wrapper": "flo"}, ["flo", "flow", "wls"]),
         ({"pretrain": {"episode": 3}}, ["episode", "episodes"]),
+        (
+            {"pretrain": {"scheduler": "unifrom", "episodes": 2}},
+            ["pretrain.scheduler", "unifrom", "uniform"],
+        ),
+        (
+            {"pretrain": {"scheduler": "flow_share:predictor=gp", "episodes": 2}},
+            ["predictor", "'flow'"],
+        ),
     ],
 )
 def test_errors_name_the_bad_key_and_the_allowed_ones(change: dict, words: list[str]) -> None:
