@@ -54,16 +54,19 @@ def confident_nodes(
     rw: RemainingWork,
     quantile: float = SAFE_QUANTILE,
     slack: int = SAFE_SLACK,
+    upper: np.ndarray | None = None,
 ) -> np.ndarray:
     """Fewest nodes that finish each task ``slack`` ticks before its deadline if its
     remaining work is the predicted ``quantile``; its cap when no count within the cap
     does, or when the prediction is a fallback (prefix too short) or unknown.
 
     ``rw`` holds the predictions of ``tasks`` (remaining work from now, as
-    :meth:`PredictionCache.get` gives it).
+    :meth:`PredictionCache.get` gives it); ``upper``: its ``quantile`` if already computed.
     """
     wl = sim.workload
-    q = np.where(rw.fallback, np.inf, rw.quantiles([quantile])[:, 0])
+    if upper is None:
+        upper = rw.quantiles([quantile])[:, 0]
+    q = np.where(rw.fallback, np.inf, upper)
     need = nodes_needed(
         q,
         wl.deadline[tasks] - sim.t - slack,
@@ -177,12 +180,14 @@ class PredictorFeatures(BaseWrapper):
             left = wl.deadline[tasks] - sim.t
             now = wl.rate[tasks] * sim.nodes_now[tasks] ** wl.alpha[tasks] * left
             cap = wl.rate[tasks] * wl.cap[tasks] ** wl.alpha[tasks] * np.maximum(left - 1, 0)
+            qs = rw.quantiles(QUANTILES)
             with np.errstate(over="ignore", invalid="ignore"):
-                extra[: len(tasks), :3] = np.log1p(rw.quantiles(QUANTILES) / ref[:, None]) / 2.0
+                extra[: len(tasks), :3] = np.log1p(qs / ref[:, None]) / 2.0
             extra[: len(tasks), 3] = rw.prob_within(now)
             extra[: len(tasks), 4] = rw.prob_within(cap)
             extra[: len(tasks), 5] = rw.fallback
-            extra[: len(tasks), 6] = confident_nodes(sim, tasks, rw) / wl.cap[tasks]
+            need = confident_nodes(sim, tasks, rw, upper=qs[:, QUANTILES.index(SAFE_QUANTILE)])
+            extra[: len(tasks), 6] = need / wl.cap[tasks]
         # Unknown (nan) predictions read as 0 with the fallback flag set; "never" as the limit.
         self._extra = np.clip(np.nan_to_num(extra, nan=0.0, posinf=LIMIT), -LIMIT, LIMIT)
         return self._extra

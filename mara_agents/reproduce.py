@@ -20,7 +20,16 @@ import pandas as pd
 from mara_env.config import ClusterConfig
 from mara_env.traces import load_traces
 
-DEFAULT_SPECS = ("mara", "lara", "uniform", "edf", "least_slack", "random", "oracle")
+DEFAULT_SPECS = (
+    "mara",
+    "lara",
+    "flow_share",
+    "uniform",
+    "edf",
+    "least_slack",
+    "random",
+    "oracle",
+)
 DEFAULT_LOADS = (1.0, 1.5, 2.0)
 
 

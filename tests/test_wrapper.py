@@ -11,7 +11,7 @@ from pettingzoo.test import api_test, seed_test
 
 from flow_predictor.checkpoint import load_predictor
 from flow_predictor.wls import WLSPredictor
-from flow_predictor.wrapper import PREDICTOR_FEATURES, PredictorFeatures
+from flow_predictor.wrapper import PREDICTOR_FEATURES, PredictorFeatures, confident_nodes
 from mara_env.env import env
 
 torch.set_num_threads(1)
@@ -139,3 +139,35 @@ def test_prediction_cache_refreshes_on_report_growth_and_shifts_by_work_done():
     assert len(pred.calls) == 2  # grown by two reports: predicted again
     with pytest.raises(ValueError, match="refresh must be >= 0"):
         PredictionCache(pred, refresh=-1)
+
+
+def test_nodes_needed_feature_is_the_flow_share_want():
+    """The clone's teacher and the policy's feature agree: same predictions, same want."""
+    from mara_agents.baselines import FlowShare
+    from mara_env.schedulers import SchedulerAgent
+
+    # Light load: every active task is visible (the teacher predicts all active tasks).
+    e = wrapped(load_predictor(n_samples=32), load=0.6, horizon=60)
+    teacher = FlowShare()
+    agent = SchedulerAgent(teacher)
+    e.reset(seed=5)
+    agent.reset(e, 5)
+    engine = e.unwrapped.engine
+    col = 12 + PREDICTOR_FEATURES.index("pred_nodes_needed")
+    checked = 0
+    for name in e.agent_iter():
+        obs, _, term, trunc, _ = e.last()
+        if term or trunc:
+            e.step(None)
+            continue
+        if name == e.possible_agents[0]:
+            sim = engine.sim
+            tasks = engine.slot_tasks[engine.slot_tasks >= 0]
+            if len(tasks) == len(sim.active()):
+                want = confident_nodes(sim, tasks, teacher._predictions.get(sim, tasks))
+                slots = obs["observation"][8:].reshape(SMALL["num_slots"], -1)
+                feature = slots[engine.slot_tasks >= 0, col]
+                np.testing.assert_allclose(feature, want / sim.workload.cap[tasks], rtol=1e-6)
+                checked += int((want < sim.workload.cap[tasks]).sum())
+        e.step(agent.act(e, name))
+    assert checked > 0  # some slot had a want below its cap
