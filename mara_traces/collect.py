@@ -21,19 +21,43 @@ FAMILIES = {"tabular": tabular, "vision": vision, "rl": rl}
 CHUNK = 10  # traces between writes: a kill loses at most this many runs
 
 
-def draw_configs(family: str, n: int, seed: int, budget: float = 1.0) -> list[tuple[str, dict]]:
-    """The first ``n`` (trace_id, config) pairs of ``family`` for ``seed``.
+def streams(family: str) -> list[str]:
+    """The config streams of ``family``: ``v1`` (the shipped draws) first, then extensions."""
+    return list(getattr(FAMILIES[family], "STREAMS", {"v1": None}))
 
-    Config ``i`` depends only on (family, seed, i), so a larger ``n`` extends a smaller one.
+
+def draw_configs(
+    family: str, n: int, seed: int, budget: float = 1.0, stream: str = "v1"
+) -> list[tuple[str, dict]]:
+    """The first ``n`` (trace_id, config) pairs of ``family``'s ``stream`` for ``seed``.
+
+    Config ``i`` depends only on (family, stream, seed, i), so a larger ``n`` extends a
+    smaller one.  Stream ``v1`` (ids ``<family>-s<seed>-<i>``) is the shipped library's and
+    never changes; an extension stream (ids ``<family>-<stream>-s<seed>-<i>``) draws from
+    its own random stream, so adding one leaves every existing config as it was.
     """
     if family not in FAMILIES:
         raise ValueError(f"unknown trace family {family!r}; expected one of {list(FAMILIES)}")
+    known = streams(family)
+    if stream not in known:
+        raise ValueError(
+            f"unknown config stream {stream!r} for {family!r}; expected one of {known}"
+        )
     code = list(FAMILIES).index(family)
     module = FAMILIES[family]
+    if stream == "v1":
+        return [
+            (
+                f"{family}-s{seed}-{i:06d}",
+                module.sample_config(np.random.default_rng([seed, code, i]), budget),
+            )
+            for i in range(n)
+        ]
+    extra = known.index(stream)
     return [
         (
-            f"{family}-s{seed}-{i:06d}",
-            module.sample_config(np.random.default_rng([seed, code, i]), budget),
+            f"{family}-{stream}-s{seed}-{i:06d}",
+            module.sample_config(np.random.default_rng([seed, code, i, extra]), budget, stream),
         )
         for i in range(n)
     ]
@@ -82,21 +106,26 @@ def collect(
     workers: int = 1,
     progress: bool = True,
     budget: float = 1.0,
+    stream: str = "v1",
 ) -> pd.DataFrame:
     """Collect ``n`` traces of ``family`` into Parquet ``out``, resuming what is already there.
 
-    Trace ids already in ``out`` are skipped; new traces are appended and the file is
-    rewritten atomically every :data:`CHUNK` traces.  ``budget`` < 1 shortens runs (tests).
-    Returns the whole library in ``out``.
+    Trace ids already in ``out`` are skipped; new traces are appended after the existing
+    rows (which stay as they are) and the file is rewritten atomically every :data:`CHUNK`
+    traces.  ``budget`` < 1 shortens runs (tests); ``stream`` picks the config stream
+    (:func:`draw_configs`).  Returns the whole library in ``out``.
     """
     out = Path(out)
     table = read_traces(out) if out.exists() else pd.DataFrame(columns=[*REQUIRED_COLUMNS, "split"])
     done = set(table["trace_id"].unique())
     todo = [
-        (family, tid, cfg) for tid, cfg in draw_configs(family, n, seed, budget) if tid not in done
+        (family, tid, cfg)
+        for tid, cfg in draw_configs(family, n, seed, budget, stream)
+        if tid not in done
     ]
     frames, pending = [table], []
-    bar = tqdm(total=len(todo), desc=f"collect {family}", disable=not progress)
+    label = family if stream == "v1" else f"{family}-{stream}"
+    bar = tqdm(total=len(todo), desc=f"collect {label}", disable=not progress)
     pool = ProcessPoolExecutor(workers, initializer=_single_thread) if workers > 1 else None
     try:
         with _torch_threads(1):

@@ -1,4 +1,7 @@
-"""RL traces: A2C, PPO and DQN on Gymnasium classic control; loss = 1 - normalised return.
+"""RL traces: A2C, PPO and DQN on Gymnasium envs; loss = 1 - normalised return.
+
+Classic control (CartPole, Acrobot: the shipped "v1" config stream) and toy text
+(FrozenLake with one-hot observations: the train-only extension stream "x1").
 
 The logged loss is ``1 - (R - lo) / (hi - lo)`` clipped to [0, 1], where ``R`` is the mean
 return of the last :data:`RETURN_WINDOW` finished episodes and [lo, hi] the env's return
@@ -8,15 +11,21 @@ range; ``step`` counts environment steps.  Logging starts once an episode has fi
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 
 import gymnasium as gym
 import numpy as np
 import torch
+from gymnasium.envs.toy_text.frozen_lake import generate_random_map
 from torch import nn
 
 from mara_traces.common import log_uniform, make_optimizer, mlp
 
-RETURN_RANGE = {"CartPole-v1": (0.0, 500.0), "Acrobot-v1": (-500.0, 0.0)}
+RETURN_RANGE = {
+    "CartPole-v1": (0.0, 500.0),
+    "Acrobot-v1": (-500.0, 0.0),
+    "FrozenLake-v1": (0.0, 1.0),  # return = reached the goal; loss = 1 - success rate
+}
 RETURN_WINDOW = 20
 # Sampling weight of each (env, algorithm); a split's pairs sum to its share
 # (train 0.70, val 0.15, test 0.15 under mara_traces.splits.SPLIT_RULES).
@@ -33,13 +42,35 @@ ENV_STEPS = {
     ("CartPole-v1", "dqn"): (6_000, 12_000),
     "CartPole-v1": (15_000, 40_000),
     "Acrobot-v1": (8_000, 20_000),
+    "FrozenLake-v1": (15_000, 45_000),  # 4x4; x map side / 4 for bigger lakes
 }
+# Extension stream "x1": more environments for the TRAIN split only.  Its configs come from
+# their own random stream and trace ids (``rl-x1-s<seed>-<i>``), so the shipped "v1" draws
+# stay identical.  No dqn here: algorithm dqn is held out as the val split.
+EXTRA_RUN_WEIGHTS = {
+    ("FrozenLake-v1", "a2c"): 0.5,
+    ("FrozenLake-v1", "ppo"): 0.5,
+}
+STREAMS = {"v1": RUN_WEIGHTS, "x1": EXTRA_RUN_WEIGHTS}
 
 
-def make_env(env_id: str, num_envs: int, seed: int) -> gym.vector.VectorEnv:
+def env_kwargs(cfg: dict) -> dict:
+    """``gym.make`` keyword arguments of a config (FrozenLake map and slipperiness)."""
+    kwargs: dict = {}
+    if "mapseed" in cfg:
+        size = int(cfg["map"].split("x")[0])
+        kwargs["desc"] = generate_random_map(size=size, seed=int(cfg["mapseed"]))
+    elif "map" in cfg:
+        kwargs["map_name"] = cfg["map"]
+    if "slip" in cfg:
+        kwargs["is_slippery"] = bool(cfg["slip"])
+    return kwargs
+
+
+def make_env(env_id: str, num_envs: int, seed: int, **kwargs) -> gym.vector.VectorEnv:
     """A vectorised env (numpy-vectorised CartPole where gymnasium has one)."""
     mode = "vector_entry_point" if env_id == "CartPole-v1" else "sync"
-    env = gym.make_vec(env_id, num_envs=num_envs, vectorization_mode=mode)
+    env = gym.make_vec(env_id, num_envs=num_envs, vectorization_mode=mode, **kwargs)
     env.reset(seed=seed)
     env.action_space.seed(seed)
     return env
@@ -66,22 +97,49 @@ class ReturnTracker:
         return float(np.clip(1.0 - (ret - self.lo) / (self.hi - self.lo), 0.0, 1.0))
 
 
+def obs_encoder(space: gym.Space) -> tuple[int, Callable[[np.ndarray], np.ndarray]]:
+    """Network input size and encoder: Box observations as they are, Discrete one-hot."""
+    if isinstance(space, gym.spaces.Discrete):
+        eye = np.eye(int(space.n), dtype=np.float32)
+        return int(space.n), lambda obs: eye[np.asarray(obs) - int(space.start)]
+    return int(space.shape[0]), lambda obs: obs
+
+
 def _sample_actions(logits: torch.Tensor) -> torch.Tensor:
     # Gumbel-max: a categorical draw without torch.distributions' per-call overhead.
     u = torch.rand_like(logits).clamp_(1e-9, 1.0)
     return (logits - torch.log(-torch.log(u))).argmax(-1)
 
 
-def sample_config(rng: np.random.Generator, budget: float = 1.0) -> dict:
-    """One run's env, algorithm and hyper-parameters (``budget`` scales points and steps)."""
-    pairs = list(RUN_WEIGHTS)
-    weights = np.array(list(RUN_WEIGHTS.values()))
+def _env_variant(rng: np.random.Generator, env_id: str) -> tuple[dict, float]:
+    """Extension streams: the env's variant fields and its env-step multiplier."""
+    if env_id != "FrozenLake-v1":
+        return {}, 1.0
+    kind = str(rng.choice(["4x4", "8x8", "random"], p=[0.35, 0.3, 0.35]))
+    size = int(rng.choice([5, 6, 7])) if kind == "random" else int(kind[0])
+    fields: dict = {"map": f"{size}x{size}"}
+    if kind == "random":  # gymnasium's generate_random_map (frozen prob 0.8), seeded
+        fields["mapseed"] = int(rng.integers(10_000))
+    fields["slip"] = int(rng.random() < 0.4)
+    return fields, size / 4  # bigger lakes need longer runs
+
+
+def sample_config(rng: np.random.Generator, budget: float = 1.0, stream: str = "v1") -> dict:
+    """One run's env, algorithm and hyper-parameters (``budget`` scales points and steps).
+
+    ``stream`` picks the (env, algorithm) weights from :data:`STREAMS`; stream ``v1`` draws
+    exactly what it drew before the extension streams existed.
+    """
+    run_weights = STREAMS[stream]
+    pairs = list(run_weights)
+    weights = np.array(list(run_weights.values()))
     env_id, algo = pairs[int(rng.choice(len(pairs), p=weights / weights.sum()))]
+    variant, scale = _env_variant(rng, env_id) if stream != "v1" else ({}, 1.0)
     lo, hi = ENV_STEPS.get((env_id, algo), ENV_STEPS[env_id])
     points = max(12, int(rng.integers(105, 141) * budget))
-    total = int(rng.uniform(lo, hi) * budget)
+    total = int(rng.uniform(lo, hi) * scale * budget)
     width, depth = int(rng.choice([16, 32, 64])), int(rng.choice([1, 2]))
-    cfg: dict = {"env": env_id, "algo": algo, "model": f"mlp-{width}x{depth}"}
+    cfg: dict = {"env": env_id, **variant, "algo": algo, "model": f"mlp-{width}x{depth}"}
     if algo == "dqn":
         envs = 4  # one gradient step per vector step: with many envs it barely learns
     elif env_id == "CartPole-v1":
@@ -126,7 +184,7 @@ def sample_config(rng: np.random.Generator, budget: float = 1.0) -> dict:
 def run(cfg: dict) -> tuple[np.ndarray, np.ndarray]:
     """Train the configured agent; (env steps, 1 - normalised smoothed return) per point."""
     torch.manual_seed(cfg["seed"])
-    env = make_env(cfg["env"], cfg["envs"], cfg["seed"])
+    env = make_env(cfg["env"], cfg["envs"], cfg["seed"], **env_kwargs(cfg))
     try:
         train = _dqn if cfg["algo"] == "dqn" else _actor_critic
         return train(cfg, env)
@@ -142,11 +200,12 @@ def _net(cfg: dict, n_in: int, n_out: int) -> nn.Sequential:
 def _actor_critic(cfg: dict, env: gym.vector.VectorEnv) -> tuple[np.ndarray, np.ndarray]:
     """A2C (one gradient step per rollout) or PPO (clipped, several epochs) with GAE."""
     n, horizon = cfg["envs"], cfg["horizon"]
-    obs_dim, n_act = env.single_observation_space.shape[0], env.single_action_space.n
+    obs_dim, encode = obs_encoder(env.single_observation_space)
+    n_act = env.single_action_space.n
     actor, critic = _net(cfg, obs_dim, n_act), _net(cfg, obs_dim, 1)
     optim = make_optimizer(cfg["opt"], [*actor.parameters(), *critic.parameters()], cfg["lr"])
     tracker = ReturnTracker(n, cfg["env"])
-    obs = torch.as_tensor(env.reset(seed=cfg["seed"])[0], dtype=torch.float32)
+    obs = torch.as_tensor(encode(env.reset(seed=cfg["seed"])[0]), dtype=torch.float32)
     prev_done = np.zeros(n, bool)
     steps, losses = [], []
     env_steps, iteration = 0, 0
@@ -163,7 +222,7 @@ def _actor_critic(cfg: dict, env: gym.vector.VectorEnv) -> tuple[np.ndarray, np.
             buf_obs[t], buf_act[t], rew[t], done[t] = obs, act, r, d
             tracker.update(r, d & ~prev_done)
             prev_done = d
-            obs = torch.as_tensor(next_obs, dtype=torch.float32)
+            obs = torch.as_tensor(encode(next_obs), dtype=torch.float32)
         with torch.no_grad():
             values = critic(buf_obs).squeeze(-1).numpy()
             last = critic(obs).squeeze(-1).numpy()
@@ -208,7 +267,8 @@ def _actor_critic(cfg: dict, env: gym.vector.VectorEnv) -> tuple[np.ndarray, np.
 def _dqn(cfg: dict, env: gym.vector.VectorEnv) -> tuple[np.ndarray, np.ndarray]:
     """DQN with a replay buffer, a hard-updated target net and linear epsilon decay."""
     n = cfg["envs"]
-    obs_dim, n_act = env.single_observation_space.shape[0], env.single_action_space.n
+    obs_dim, encode = obs_encoder(env.single_observation_space)
+    n_act = env.single_action_space.n
     qnet = _net(cfg, obs_dim, n_act)
     target = copy.deepcopy(qnet)
     optim = make_optimizer(cfg["opt"], qnet.parameters(), cfg["lr"])
@@ -222,7 +282,7 @@ def _dqn(cfg: dict, env: gym.vector.VectorEnv) -> tuple[np.ndarray, np.ndarray]:
     )
     size = pos = 0
     tracker = ReturnTracker(n, cfg["env"])
-    obs = env.reset(seed=cfg["seed"])[0].astype(np.float32)
+    obs = encode(env.reset(seed=cfg["seed"])[0]).astype(np.float32)
     prev_done = np.zeros(n, bool)
     # Exploration decays over the first `explore` fraction of the expected run length.
     decay_steps = cfg["explore"] * cfg["points"] * cfg["every"] * 1.2
@@ -234,6 +294,7 @@ def _dqn(cfg: dict, env: gym.vector.VectorEnv) -> tuple[np.ndarray, np.ndarray]:
             greedy = qnet(torch.as_tensor(obs)).argmax(-1).numpy()
         act = np.where(rng.random(n) < eps, rng.integers(0, n_act, n), greedy)
         next_obs, r, term, trunc, _ = env.step(act)
+        next_obs = encode(next_obs)
         real = ~prev_done
         k = int(real.sum())
         idx = (pos + np.arange(k)) % cap
