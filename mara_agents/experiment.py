@@ -60,6 +60,10 @@ class PretrainConfig:
     batch_size: int = 512
     lr: float = 1e-3
     value_epochs: int = 5  # critic regression on the demonstrations' returns
+    # DAgger: the clone drives, the teacher labels the states it reaches, refit on all data.
+    dagger_rounds: int = 0
+    dagger_episodes: int = 30  # episodes the clone drives per round
+    dagger_epochs: int = 4  # passes over all data after each round
 
 
 @dataclass(frozen=True)

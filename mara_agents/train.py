@@ -154,8 +154,14 @@ def _scheduler(spec: str) -> Any:
         raise ValueError(f"pretrain.scheduler={spec!r}: {err}") from None
 
 
-def collect_demonstrations(exp: Experiment, episodes: int, seed: int) -> dict[str, np.ndarray]:
-    """Run a heuristic scheduler in the (wrapped) env; per-step obs, actions, returns-to-go."""
+def collect_demonstrations(
+    exp: Experiment, episodes: int, seed: int, policy: MaraNet | None = None
+) -> dict[str, np.ndarray]:
+    """Per-step obs, the teacher's actions and returns-to-go from ``episodes`` env episodes.
+
+    Without ``policy`` the teacher (``exp.pretrain.scheduler``) acts; with one (DAgger)
+    the policy acts greedily and the teacher only labels the states the policy reaches.
+    """
     from mara_env.schedulers import SchedulerAgent
 
     env = make_wrapped_env(exp.env_config())
@@ -179,6 +185,11 @@ def collect_demonstrations(exp: Experiment, episodes: int, seed: int) -> dict[st
             states.append(o["state"])
             actions.append(a)
             rounds.append(len(rewards) - 1)
+            if policy is not None:
+                with torch.no_grad():
+                    x = torch.from_numpy(o["observation"][None])
+                    m = torch.from_numpy(o["action_mask"][None].astype(np.float32))
+                    a = int(policy.logits(x, m).argmax(-1))
             env.step(a)
             if name == env.possible_agents[-1]:
                 rewards[-1] = float(env.rewards[name])
@@ -193,8 +204,56 @@ def collect_demonstrations(exp: Experiment, episodes: int, seed: int) -> dict[st
     }
 
 
-def pretrain(exp: Experiment, out: Path, log: Any = None) -> Path:
-    """Behaviour-clone ``exp.pretrain.scheduler`` into a ``MaraNet`` state dict at ``out``."""
+def _fit(
+    net: MaraNet,
+    data: dict[str, np.ndarray],
+    epochs: int,
+    value_epochs: int,
+    exp: Experiment,
+    log: Any,
+    stage: str,
+) -> None:
+    """Cross-entropy on the teacher's actions and critic regression, minibatch Adam."""
+    cfg = exp.pretrain
+    opt = torch.optim.Adam(net.parameters(), lr=cfg.lr)
+    t = {k: torch.from_numpy(v) for k, v in data.items()}
+    n = len(t["action"])
+    gen = torch.Generator().manual_seed(exp.seed)
+    for epoch in range(max(epochs, value_epochs)):
+        perm = torch.randperm(n, generator=gen)
+        total, correct = 0.0, 0
+        for i in range(0, n, cfg.batch_size):
+            idx = perm[i : i + cfg.batch_size]
+            loss = torch.zeros(())
+            if epoch < epochs:
+                logits = net.logits(t["obs"][idx], t["mask"][idx])
+                target = t["action"][idx]
+                # Demonstrations the policy cannot take (idling while a slot is valid,
+                # under work_conserving) would dominate the loss: clone the others only.
+                ok = logits.gather(1, target[:, None]).squeeze(1) > MASKED_LOGIT / 2
+                if ok.any():
+                    loss = torch.nn.functional.cross_entropy(logits[ok], target[ok])
+                correct += int((logits.argmax(-1) == target).sum())
+            if epoch < value_epochs:
+                err = (net.value(t["state"][idx]) - t["return"][idx]) / net.config.value_scale
+                loss = loss + 0.5 * (err**2).mean()
+            opt.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)
+            opt.step()
+            total += loss.item() * len(idx)
+        log(f"{stage} epoch {epoch + 1}: loss {total / n:.4f}  action accuracy {correct / n:.3f}")
+
+
+def pretrain(exp: Experiment, out: Path, log: Any = None, resume: bool = False) -> Path:
+    """Behaviour-clone ``exp.pretrain.scheduler`` into a ``MaraNet`` state dict at ``out``.
+
+    Stages: behaviour cloning on the teacher's episodes (``<out>_bc.pt``), then
+    ``dagger_rounds`` DAgger rounds (``<out>_dagger<r>.pt``): the clone drives
+    ``dagger_episodes`` episodes, the teacher labels them, and the net is refit on all
+    data so far.  With ``resume`` a finished stage's file is loaded instead of refitting
+    (its demonstrations are collected again: they are deterministic given the seeds).
+    """
     log = log or functools.partial(print, flush=True)
     cfg = exp.pretrain
     t0 = time.time()
@@ -206,37 +265,48 @@ def pretrain(exp: Experiment, out: Path, log: Any = None) -> Path:
     layout = ObsLayout.infer(data["obs"].shape[1], data["state"].shape[1], data["mask"].shape[1])
     torch.manual_seed(exp.seed)
     net = MaraNet(layout, model_config_from(exp.model))
-    opt = torch.optim.Adam(net.parameters(), lr=cfg.lr)
-    t = {k: torch.from_numpy(v) for k, v in data.items()}
-    n = len(t["action"])
-    gen = torch.Generator().manual_seed(exp.seed)
-    for epoch in range(max(cfg.epochs, cfg.value_epochs)):
-        perm = torch.randperm(n, generator=gen)
-        total, correct = 0.0, 0
-        for i in range(0, n, cfg.batch_size):
-            idx = perm[i : i + cfg.batch_size]
-            loss = torch.zeros(())
-            if epoch < cfg.epochs:
-                logits = net.logits(t["obs"][idx], t["mask"][idx])
-                target = t["action"][idx]
-                # Demonstrations the policy cannot take (idling while a slot is valid,
-                # under work_conserving) would dominate the loss: clone the others only.
-                ok = logits.gather(1, target[:, None]).squeeze(1) > MASKED_LOGIT / 2
-                if ok.any():
-                    loss = torch.nn.functional.cross_entropy(logits[ok], target[ok])
-                correct += int((logits.argmax(-1) == target).sum())
-            if epoch < cfg.value_epochs:
-                err = (net.value(t["state"][idx]) - t["return"][idx]) / net.config.value_scale
-                loss = loss + 0.5 * (err**2).mean()
-            opt.zero_grad()
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)
-            opt.step()
-            total += loss.item() * len(idx)
-        log(f"pretrain epoch {epoch + 1}: loss {total / n:.4f}  action accuracy {correct / n:.3f}")
     out.parent.mkdir(parents=True, exist_ok=True)
+
+    def stage(path: Path, fit: Any) -> None:
+        if resume and path.is_file():
+            net.load_state_dict(torch.load(path, weights_only=True))
+            log(f"pretrain: resumed {path}")
+        else:
+            fit()
+            torch.save(net.state_dict(), path)
+
+    stage(
+        out.with_name(out.stem + "_bc.pt"),
+        functools.partial(_fit, net, data, cfg.epochs, cfg.value_epochs, exp, log, "pretrain"),
+    )
+    for r in range(cfg.dagger_rounds):
+        t0 = time.time()
+        net.eval()
+        new = collect_demonstrations(
+            exp, cfg.dagger_episodes, seed=20_000 + exp.seed + 1_000 * r, policy=net
+        )
+        net.train()
+        agree = float(np.mean(new["action"] == _greedy(net, new)))
+        log(
+            f"dagger round {r + 1}: {len(new['action'])} steps from {cfg.dagger_episodes} "
+            f"episodes driven by the clone in {time.time() - t0:.0f}s; "
+            f"clone agrees with {cfg.scheduler} on {agree:.3f} of them"
+        )
+        data = {k: np.concatenate([data[k], new[k]]) for k in data}
+        stage(
+            out.with_name(f"{out.stem}_dagger{r + 1}.pt"),
+            functools.partial(
+                _fit, net, data, cfg.dagger_epochs, cfg.dagger_epochs, exp, log, "dagger"
+            ),
+        )
     torch.save(net.state_dict(), out)
     return out
+
+
+def _greedy(net: MaraNet, data: dict[str, np.ndarray]) -> np.ndarray:
+    with torch.no_grad():
+        logits = net.logits(torch.from_numpy(data["obs"]), torch.from_numpy(data["mask"]))
+    return logits.argmax(-1).numpy()
 
 
 # ---- running ------------------------------------------------------------------------------

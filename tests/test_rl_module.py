@@ -202,3 +202,47 @@ def test_warm_start_export_matches_the_network(tmp_path: Path) -> None:
     expected = module.net.logits(batch["observation"], batch["action_mask"]).argmax(-1)
     got = [policy.act({k: v[i].numpy() for k, v in batch.items()}) for i in range(50)]
     assert got == expected.tolist()
+
+
+def test_pretrain_with_dagger_writes_stages_and_resumes(tmp_path: Path) -> None:
+    from mara_agents.experiment import parse_experiment
+    from mara_agents.train import collect_demonstrations, pretrain
+
+    exp = parse_experiment(
+        {
+            "name": "t",
+            "env": {"num_nodes": 4, "num_slots": 3, "horizon": 15, "split": "train"},
+            "model": {"hidden": 16, "heads": 2, "critic_hidden": 16},
+            "pretrain": {
+                "scheduler": "uniform",
+                "episodes": 2,
+                "epochs": 2,
+                "value_epochs": 1,
+                "dagger_rounds": 1,
+                "dagger_episodes": 2,
+                "dagger_epochs": 1,
+            },
+        }
+    )
+    out = tmp_path / "t_pretrain.pt"
+    lines: list[str] = []
+    pretrain(exp, out, log=lines.append)
+    assert out.is_file() and (tmp_path / "t_pretrain_bc.pt").is_file()
+    assert (tmp_path / "t_pretrain_dagger1.pt").is_file()
+    assert any(line.startswith("dagger round 1:") for line in lines)
+    # Resuming loads the finished stages instead of fitting again: same weights, no epochs.
+    before = torch.load(out, weights_only=True)
+    lines.clear()
+    pretrain(exp, out, log=lines.append, resume=True)
+    assert not any("epoch" in line for line in lines)
+    after = torch.load(out, weights_only=True)
+    assert all(torch.equal(before[k], after[k]) for k in before)
+    # A DAgger episode is driven by the clone but labelled by the teacher.
+    layout = ObsLayout.infer(8 + 3 * 12, 8 + 3 * 12 + 4, 4)
+    net = MaraNet(layout, ModelConfig(hidden=16, heads=2, critic_hidden=16))
+    net.load_state_dict(after)
+    teacher = collect_demonstrations(exp, 1, seed=7)
+    driven = collect_demonstrations(exp, 1, seed=7, policy=net)
+    assert driven["action"].shape == driven["return"].shape
+    assert set(np.unique(driven["action"])) <= set(range(4))
+    assert len(teacher["action"]) == len(driven["action"])  # same episode length (all rounds)

@@ -18,7 +18,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--resume",
         action="store_true",
-        help="continue the run in OUT/<name> from its last checkpoint",
+        help="continue the run in OUT/<name> from its last checkpoint (with --pretrain-only: "
+        "reuse the finished behaviour-cloning and DAgger stages in OUT)",
     )
     parser.add_argument(
         "--address",
@@ -57,7 +58,8 @@ def run(args: argparse.Namespace) -> int:
         if exp.pretrain.episodes <= 0:
             print(f"error: {args.experiment} has no pretrain section", file=sys.stderr)
             return 2
-        path = pretrain(exp, Path(args.out) / f"{exp.name}_pretrain.pt", log=print)
+        out = Path(args.out) / f"{exp.name}_pretrain.pt"
+        path = pretrain(exp, out, log=print, resume=args.resume)
         print(f"wrote {path}; export: mara export {path} --experiment {args.experiment} --out P.pt")
         return 0
     from mara_agents.train import plot_learning_curves, train
