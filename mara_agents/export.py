@@ -38,7 +38,7 @@ from mara_env.env import QUEUE_FEATURES
 
 FORMAT = "mara-policy"
 VERSION = 1
-SHIPPED_POLICY = Path(__file__).parent / "policies" / "mara_v1.pt"
+SHIPPED_POLICY = Path(__file__).parent / "policies" / "mara_v2.pt"
 
 
 class PolicyFileError(ValueError):

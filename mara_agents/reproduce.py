@@ -42,16 +42,28 @@ def _done(start: float) -> None:
     print(f"   done in {time.perf_counter() - start:.0f} s", flush=True)
 
 
-def retrain(out: Path) -> None:
-    """Retrain predictor and policy from their commands (resumable, progress bars)."""
+def retrain(out: Path) -> Path:
+    """Retrain the predictor and the shipped policy's recipe (resumable, progress bars).
+
+    The shipped policy is the behaviour-cloning stage of ``experiments/mara.yaml``
+    (``docs/training.md``), so this runs ``mara train --pretrain-only --resume`` (BC and the
+    DAgger round) and exports the BC stage; returns the exported policy file.  The policy
+    observes through the shipped flow checkpoint, as the shipped policy does; the retrained
+    predictor (``OUT/retrained/flow.pt``) is written for comparison.
+    """
     ckpt = out / "retrained" / "flow.pt"
+    runs = out / "retrained" / "train"
+    policy = out / "retrained" / "mara.pt"
     cmds = [
         ["predictor", "train", "--split", "train", "--out", str(ckpt), "--resume"],
-        ["train", "experiments/mara.yaml", "--out", str(out / "retrained" / "train"), "--resume"],
+        ["train", "experiments/mara.yaml", "--out", str(runs), "--pretrain-only", "--resume"],
+        ["export", str(runs / "mara_pretrain_bc.pt"), "--experiment", "experiments/mara.yaml"]
+        + ["--out", str(policy)],
     ]
     for cmd in cmds:
         print("   $ mara " + " ".join(cmd), flush=True)
         subprocess.run([sys.executable, "-m", "mara_agents.cli", *cmd], check=True)
+    return policy
 
 
 def evaluate_predictors(out: Path, samples: int = 64) -> pd.DataFrame:
@@ -134,7 +146,7 @@ def reproduce(
     started = time.perf_counter()
     if full:
         t = _step("retraining predictor and policy (hours on 2 cores; resumable)")
-        retrain(out)
+        specs = [*specs, f"mara={retrain(out)}"]
         _done(t)
     parts = ["# MARA reproduction\n"]
     if not skip_predictor:
