@@ -3,8 +3,9 @@
 Evaluates the flow-matching predictor against WLS and Optimus on the test split, then
 MARA against LARA and the other baselines at loads 1.0/1.5/2.0 on the same episodes,
 and writes OUT/summary.md, CSVs, plots (completion vs load, predictor error vs prefix
-fraction, an example episode's allocation) and TensorBoard logs.  About 2 minutes on
-2 cores.  --full retrains predictor and policy from the experiment YAMLs first (hours).
+fraction, an example episode's allocation) and TensorBoard logs.  About 6 minutes on
+2 cores.  --full first retrains the predictor and the shipped policy's recipe from the
+experiment YAML (about 30 minutes more; resumable) and evaluates the retrained policy too.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--full",
         action="store_true",
-        help="retrain the predictor and the policy first (hours; resumable)",
+        help="retrain the predictor and the policy first (about 30 min; resumable)",
     )
     parser.add_argument(
         "--skip-predictor", action="store_true", help="skip the predictor evaluation"
