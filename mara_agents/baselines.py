@@ -121,7 +121,8 @@ def plan_allocation(
     n = np.arange(1, int(cap.max()) + 1)[None, :]
     ticks = ticks_needed(remaining[:, None], n, warm[:, None], rate[:, None], alpha[:, None])
     ok = (n <= cap[:, None]) & (ticks <= time_left[:, None])
-    cost = np.where(ok, n * ticks, np.inf)
+    with np.errstate(invalid="ignore"):  # inf remaining work: never ok, its cost unused
+        cost = np.where(ok, n * ticks, np.inf)
     best = np.argmin(cost, axis=1)
     demand = cost[np.arange(k), best]
     target = np.where(np.isfinite(demand), best + 1, 0)
