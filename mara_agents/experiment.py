@@ -64,6 +64,8 @@ class PretrainConfig:
     dagger_rounds: int = 0
     dagger_episodes: int = 30  # episodes the clone drives per round
     dagger_epochs: int = 4  # passes over all data after each round
+    # Start PPO from this MaraNet state dict (e.g. runs/mara_pretrain_bc.pt) instead of cloning.
+    init_weights: str = ""
 
 
 @dataclass(frozen=True)
@@ -247,6 +249,12 @@ def parse_experiment(data: Any, where: str = "experiment") -> Experiment:
     if not isinstance(wrapper_options, dict):
         raise ConfigError(f"{where}: wrapper_options: expected a mapping")
     pretrain = _section(PretrainConfig, data.get("pretrain"), f"{where}: pretrain")
+    if pretrain.init_weights:
+        if pretrain.episodes > 0:
+            raise ConfigError(
+                f"{where}: pretrain: init_weights and episodes > 0 both set; "
+                "expected one warm start (a state dict to load, or a teacher to clone)"
+            )
     if pretrain.episodes > 0:
         from mara_agents.harness import SpecError, make_scheduler
 

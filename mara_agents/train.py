@@ -321,6 +321,15 @@ def train(
     """Run (or with ``resume`` continue) the experiment under ``out/<name>``."""
     out = Path(out).resolve()
     exp_dir = out / exp.name
+    weights = None
+    if exp.pretrain.init_weights:
+        init = Path(exp.pretrain.init_weights)
+        if not init.is_file():
+            raise FileNotFoundError(
+                f"pretrain.init_weights={str(init)!r}: no such file (expected a MaraNet state "
+                "dict such as runs/mara_pretrain_bc.pt from `mara train ... --pretrain-only`)"
+            )
+        weights = str(init.resolve())  # absolute: Tune runs the trial in its own directory
     if not ray.is_initialized():
         # "local": never attach to some other Ray instance running on this machine
         ray.init(address=address or "local", include_dashboard=False, log_to_driver=verbose > 1)
@@ -330,7 +339,6 @@ def train(
             raise FileNotFoundError(f"nothing to resume in {exp_dir}")
         tuner = tune.Tuner.restore(str(exp_dir), trainable="PPO", resume_errored=True)
         return tuner.fit()
-    weights = None
     if exp.pretrain.episodes > 0:
         weights = pretrain(exp, exp_dir.with_name(exp.name + "_pretrain.pt"))
     config = build_config(exp, num_env_runners, init_weights=weights)

@@ -95,3 +95,16 @@ def test_rllib_overrides_reach_the_ppo_config(tmp_path: Path) -> None:
     assert config.lr == 0.00123 and config.num_epochs == 2
     assert config.num_envs_per_env_runner == 3 and config.num_env_runners == 0
     assert config.gamma == 1.0 and config.lambda_ == 0.95
+
+
+def test_init_weights_is_one_warm_start_and_must_exist(tmp_path: Path) -> None:
+    from mara_agents.train import train
+
+    both = {"pretrain": {"init_weights": "w.pt", "episodes": 2, "scheduler": "uniform"}}
+    with pytest.raises(ConfigError, match="init_weights and episodes > 0 both set"):
+        parse_experiment({**MINIMAL, **both})
+    exp = parse_experiment({**MINIMAL, "pretrain": {"init_weights": str(tmp_path / "no.pt")}})
+    with pytest.raises(FileNotFoundError, match="no.pt.*no such file"):
+        train(exp, out=tmp_path)  # before Ray starts
+    finetune = Path(__file__).parents[1] / "experiments" / "mara_finetune.yaml"
+    assert load_experiment(finetune).pretrain.init_weights
