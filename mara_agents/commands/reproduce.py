@@ -3,7 +3,7 @@
 Evaluates the flow-matching predictor against WLS and Optimus on the test split, then
 MARA against LARA and the other baselines at loads 1.0/1.5/2.0 on the same episodes,
 and writes OUT/summary.md, CSVs, plots (completion vs load, predictor error vs prefix
-fraction, an example episode's allocation) and TensorBoard logs.  About 6 minutes on
+fraction, an example episode's allocation) and TensorBoard logs.  About 3-6 minutes on
 2 cores.  --full first retrains the predictor and the shipped policy's recipe from the
 experiment YAML (about 30 minutes more; resumable) and evaluates the retrained policy too.
 """
