@@ -171,7 +171,6 @@ class PredictionCache:
         self.refresh = float(refresh)
         # task -> (reports at prediction, work at prediction, samples, fallback)
         self._cache: dict[int, tuple[int, float, np.ndarray, bool]] = {}
-        self.calls = 0  # predictor calls so far (for tests and benchmarks)
 
     def clear(self) -> None:
         """Forget every task (new episode)."""
@@ -191,7 +190,6 @@ class PredictionCache:
             works = [np.asarray(sim.hist_work[k]) for k in stale]
             losses = [np.asarray(sim.hist_loss[k]) for k in stale]
             rw = self.predictor.predict(works, losses, sim.workload.target[stale])
-            self.calls += 1
             for i, k in enumerate(stale):
                 w = float(works[i][-1]) if len(works[i]) else 0.0
                 cache[k] = (len(works[i]), w, rw.samples[i], bool(rw.fallback[i]))
@@ -200,8 +198,7 @@ class PredictionCache:
         hits = [cache[int(k)] for k in tasks]
         samples = np.stack([h[2] for h in hits])
         done = np.asarray(sim.work, np.float64)[np.asarray(tasks)]
-        since = done - np.array([h[1] for h in hits])
-        if since.any():
-            floor = (MIN_RATIO * done)[:, None]
-            samples = np.maximum(samples - since[:, None], floor)  # nan and inf stay
+        at = np.array([h[1] for h in hits])
+        if (done != at).any():  # total = samples + work at prediction; nan and inf stay
+            samples = remaining_from_total(samples + at[:, None], done[:, None])
         return RemainingWork(samples, np.array([h[3] for h in hits], bool))

@@ -144,29 +144,22 @@ def build_config(
 
 
 # ---- behaviour-cloning warm start ---------------------------------------------------------
-def _scheduler(spec: str) -> Any:
-    """The teacher: a scheduler spec as the harness reads it (``flow_share:predictor=wls``)."""
-    from mara_agents.harness import SpecError, make_scheduler
-
-    try:
-        return make_scheduler(spec)
-    except SpecError as err:
-        raise ValueError(f"pretrain.scheduler={spec!r}: {err}") from None
-
-
 def collect_demonstrations(
     exp: Experiment, episodes: int, seed: int, policy: MaraNet | None = None
 ) -> dict[str, np.ndarray]:
     """Per-step obs, the teacher's actions and returns-to-go from ``episodes`` env episodes.
 
     Without ``policy`` the teacher (``exp.pretrain.scheduler``) acts; with one (DAgger)
-    the policy acts greedily and the teacher only labels the states the policy reaches.
+    the policy acts greedily, the teacher only labels the states the policy reaches, and
+    ``"taken"`` holds the policy's own actions.
     """
+    from mara_agents.harness import make_scheduler
     from mara_env.schedulers import SchedulerAgent
 
     env = make_wrapped_env(exp.env_config())
-    agent = SchedulerAgent(_scheduler(exp.pretrain.scheduler))
-    obs, masks, states, actions, targets = [], [], [], [], []
+    # The spec was checked when the experiment was parsed.
+    agent = SchedulerAgent(make_scheduler(exp.pretrain.scheduler))
+    obs, masks, states, actions, taken, targets = [], [], [], [], [], []
     for ep in range(episodes):
         env.reset(seed=seed + ep)
         agent.reset(env, seed + ep)
@@ -190,18 +183,22 @@ def collect_demonstrations(
                     x = torch.from_numpy(o["observation"][None])
                     m = torch.from_numpy(o["action_mask"][None].astype(np.float32))
                     a = int(policy.logits(x, m).argmax(-1))
+                taken.append(a)
             env.step(a)
             if name == env.possible_agents[-1]:
                 rewards[-1] = float(env.rewards[name])
         to_go = np.cumsum(np.asarray(rewards)[::-1])[::-1]
         targets.append(to_go[np.asarray(rounds)])
-    return {
+    data = {
         "obs": np.asarray(obs, np.float32),
         "mask": np.asarray(masks, np.float32),
         "state": np.asarray(states, np.float32),
         "action": np.asarray(actions, np.int64),
         "return": np.concatenate(targets).astype(np.float32),
     }
+    if policy is not None:
+        data["taken"] = np.asarray(taken, np.int64)  # the policy's own (executed) actions
+    return data
 
 
 def _fit(
@@ -286,7 +283,7 @@ def pretrain(exp: Experiment, out: Path, log: Any = None, resume: bool = False) 
             exp, cfg.dagger_episodes, seed=20_000 + exp.seed + 1_000 * r, policy=net
         )
         net.train()
-        agree = float(np.mean(new["action"] == _greedy(net, new)))
+        agree = float(np.mean(new["action"] == new.pop("taken")))
         log(
             f"dagger round {r + 1}: {len(new['action'])} steps from {cfg.dagger_episodes} "
             f"episodes driven by the clone in {time.time() - t0:.0f}s; "
@@ -301,12 +298,6 @@ def pretrain(exp: Experiment, out: Path, log: Any = None, resume: bool = False) 
         )
     torch.save(net.state_dict(), out)
     return out
-
-
-def _greedy(net: MaraNet, data: dict[str, np.ndarray]) -> np.ndarray:
-    with torch.no_grad():
-        logits = net.logits(torch.from_numpy(data["obs"]), torch.from_numpy(data["mask"]))
-    return logits.argmax(-1).numpy()
 
 
 # ---- running ------------------------------------------------------------------------------

@@ -94,8 +94,7 @@ def ticks_needed(
 
 def warm_nodes(sim: ClusterSim, tasks: np.ndarray) -> np.ndarray:
     """Nodes that served each of ``tasks`` in the last tick (no warm-up if they stay)."""
-    served = np.bincount(sim.node_task[sim.node_task >= 0], minlength=len(sim.status))
-    return served[tasks]
+    return sim.nodes_now[tasks]
 
 
 def nodes_needed(
