@@ -100,7 +100,9 @@ def _blas_controller() -> ThreadpoolController:
 
 
 def _silu(x: np.ndarray) -> np.ndarray:
-    return x / (1.0 + np.exp(-x))
+    # exp(-x) overflows to inf for very negative x, where x / inf = -0 is the right value
+    with np.errstate(over="ignore"):
+        return x / (1.0 + np.exp(-x))
 
 
 class Sampler:

@@ -2,7 +2,7 @@
 
 Wrapped layout (``P = len(PREDICTOR_FEATURES)``):
 
-* ``observation``: the 8 node features, then ``K`` rows of ``12 + P``: the env's 12 slot
+* ``observation``: the 8 node features, then ``K`` rows of ``13 + P``: the env's 13 slot
   features followed by :data:`PREDICTOR_FEATURES`;
 * ``state``: that observation followed by the env's 4 queue features;
 * ``action_mask``: unchanged.
@@ -14,6 +14,10 @@ visible task that reported since) and cached; the deadline probabilities are rec
 every tick from the cached samples.  Tasks with fewer than three reports get the
 predictor's documented fallback and ``pred_fallback = 1``; tasks with no usable report
 (unknown remaining work) get 0 in every predictor feature and ``pred_fallback = 1``.
+
+``pred_nodes_needed`` and ``pred_share`` are :class:`~mara_agents.baselines.FlowShare`'s
+want and count, computed over the visible slots: they equal that scheduler's exactly when
+no task that would get a node is hidden, which ``num_slots >= num_nodes`` guarantees.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from pettingzoo.utils import BaseWrapper
 
 from flow_predictor.remaining import PredictionCache, RemainingWork, RemainingWorkPredictor
 from mara_env.env import NODE_FEATURES, SLOT_FEATURES
-from mara_env.schedulers import nodes_needed, warm_nodes
+from mara_env.schedulers import fair_share, nodes_needed, warm_nodes
 
 PREDICTOR_FEATURES = (
     "pred_q10",  # log1p(10% quantile of remaining reference ticks) / 2
@@ -38,6 +42,7 @@ PREDICTOR_FEATURES = (
     "p_deadline_cap",  # P(remaining work <= rate * cap**alpha * (ticks left - 1)); -1: warm-up
     "pred_fallback",  # 1 if the prefix was too short for the predictor (or unknown)
     "pred_nodes_needed",  # confident_nodes / cap: the share a task confidently needs
+    "pred_share",  # fair_share of the visible slots up to those needs / cap (flow_share's count)
 )
 QUANTILES = (0.1, 0.5, 0.9)
 LIMIT = 10.0
@@ -188,6 +193,8 @@ class PredictorFeatures(BaseWrapper):
             extra[: len(tasks), 5] = rw.fallback
             need = confident_nodes(sim, tasks, rw, upper=qs[:, QUANTILES.index(SAFE_QUANTILE)])
             extra[: len(tasks), 6] = need / wl.cap[tasks]
+            # slots are in deadline order, as flow_share's round-robin
+            extra[: len(tasks), 7] = fair_share(sim, tasks, need)[tasks] / wl.cap[tasks]
         # Unknown (nan) predictions read as 0 with the fallback flag set; "never" as the limit.
         self._extra = np.clip(np.nan_to_num(extra, nan=0.0, posinf=LIMIT), -LIMIT, LIMIT)
         return self._extra

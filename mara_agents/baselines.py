@@ -23,6 +23,7 @@ from mara_env.schedulers import (
     SCHEDULERS,
     Scheduler,
     edf_order,
+    fair_share,
     fill_in_order,
     spread,
     ticks_needed,
@@ -377,16 +378,10 @@ class FlowShare(Scheduler):
         from flow_predictor.wrapper import confident_nodes
 
         order = edf_order(sim)
-        counts = np.zeros(len(sim.status), np.int64)
         if not len(order):
-            return counts
+            return np.zeros(len(sim.status), np.int64)
         rw = self._predictions.get(sim, order)
-        want = confident_nodes(sim, order, rw, self.quantile, self.slack)
-        share = np.zeros(len(order), np.int64)
-        left = spread(share, want, sim.config.num_nodes)
-        spread(share, sim.workload.cap[order], left)
-        counts[order] = share
-        return counts
+        return fair_share(sim, order, confident_nodes(sim, order, rw, self.quantile, self.slack))
 
 
 ALL_SCHEDULERS: dict[str, type[Scheduler]] = {

@@ -37,8 +37,10 @@ from mara_agents.rllib_env import wrap
 from mara_env.env import QUEUE_FEATURES
 
 FORMAT = "mara-policy"
-VERSION = 1
-SHIPPED_POLICY = Path(__file__).parent / "policies" / "mara_v2.pt"
+# 2: the env's slot rows gained nodes_pending and the wrapper's pred_share (v1 files, whose
+# observations lack them, cannot run in the current env).
+VERSION = 2
+SHIPPED_POLICY = Path(__file__).parent / "policies" / "mara_v3.pt"
 
 
 class PolicyFileError(ValueError):
@@ -158,6 +160,13 @@ class MaraPolicy:
     def logits(self, obs: dict[str, np.ndarray]) -> torch.Tensor:
         """Masked logits ``(K + 1,)`` of one observation dict."""
         x = torch.as_tensor(np.asarray(obs["observation"], np.float32))[None]
+        lay = self.net.layout
+        if x.shape[-1] != lay.obs_dim:
+            raise ValueError(
+                f"observation has {x.shape[-1]} features; this policy expects {lay.obs_dim} "
+                f"({lay.node_dim} node features + {lay.num_slots} slots x {lay.slot_dim}, "
+                f"wrapper={self.wrapper!r}): build the env with num_slots={lay.num_slots}"
+            )
         m = torch.as_tensor(np.asarray(obs["action_mask"], np.float32))[None]
         return self.net.logits(x, m)[0]
 
@@ -179,7 +188,9 @@ def load_policy(path: str | Path = SHIPPED_POLICY, seed: int | None = None) -> M
         raise PolicyFileError(f"{path}: not a MARA policy file (no {FORMAT!r} header)")
     if data.get("version") != VERSION:
         raise PolicyFileError(
-            f"{path}: policy file version {data.get('version')}; expected {VERSION}"
+            f"{path}: policy file version {data.get('version')}; expected {VERSION} "
+            "(version 1 files were trained on an observation layout without the "
+            "nodes_pending and pred_share features: retrain or export again)"
         )
     net = MaraNet(ObsLayout.from_dict(data["layout"]), ModelConfig(**data["model"]))
     net.load_state_dict(data["state_dict"])
@@ -203,6 +214,8 @@ class MaraAgent:
         torch.set_num_threads(1)
         self.greedy = greedy
         self.name = "mara"
+        # the harness builds this agent's env with the slot count the policy was trained on
+        self.num_slots = self.policy.net.layout.num_slots
         self._view: Any = None
         self._checked = False
 

@@ -23,7 +23,7 @@ import math
 import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -54,7 +54,13 @@ class SpecError(ValueError):
 
 
 class Agent(Protocol):
-    """An env-driven decision maker (e.g. a learned policy)."""
+    """An env-driven decision maker (e.g. a learned policy).
+
+    An agent may also have a ``num_slots`` attribute: the number of task slots it was
+    built to observe.  The harness then runs its episodes in an env with that many slots;
+    the workload of a seed does not depend on the slot count, so every scheduler still
+    sees the same tasks.
+    """
 
     def reset(self, env: Any, seed: int) -> None:
         """Called right after ``env.reset(seed=seed)``."""
@@ -161,6 +167,9 @@ def run_agent_episode(
     """
     from mara_env.env import raw_env
 
+    slots = getattr(agent, "num_slots", None)
+    if slots is not None and slots != config.num_slots:
+        config = replace(config, num_slots=int(slots))
     env = raw_env(config=config, trace_set=traces)
     env.engine.sim.record = record
     env.reset(seed=seed)

@@ -43,7 +43,7 @@ class ModelConfig:
     heads: int = 4  # attention heads
     attention_layers: int = 1  # self-attention blocks across slots
     critic_hidden: int = 64  # width of the critic
-    independent: bool = False  # ablation: drop the context of earlier nodes' choices
+    independent: bool = False  # ablation: drop the round's context (nodes chosen / pending)
     value_scale: float = 10.0  # the critic predicts return / value_scale
     work_conserving: bool = False  # idle only when no slot is valid (as uniform share does)
 
@@ -57,6 +57,7 @@ class ObsLayout:
     num_slots: int
     state_extra: int  # features of ``state`` after the observation (queue summary)
     chosen_index: int = SLOT_FEATURES.index("nodes_chosen")
+    pending_index: int = SLOT_FEATURES.index("nodes_pending")
     occupied_index: int = SLOT_FEATURES.index("occupied")
 
     @property
@@ -141,7 +142,7 @@ class MaraNet(nn.Module):
         chosen = slots[..., lay.chosen_index]
         if self.config.independent:
             slots = slots.clone()
-            slots[..., lay.chosen_index] = 0.0
+            slots[..., [lay.chosen_index, lay.pending_index]] = 0.0
         occupied = slots[..., lay.occupied_index] > 0.5
         h = self.slot_enc(slots)
         key_bias = torch.where(occupied, 0.0, -1e4)[:, None, :].expand(-1, lay.num_slots, -1)

@@ -35,6 +35,7 @@ SLOT_FEATURES = (
     "age",  # (t - arrival) / 20
     "nodes_now",  # nodes that served the task in the last tick / cap
     "nodes_chosen",  # nodes that chose it so far in this round / cap
+    "nodes_pending",  # nodes that served it in the last tick and have not chosen yet / cap
     "cap",  # parallelism cap / 8
     "alpha",  # speed-up exponent
     "is_mine",  # 1 if this node served the task in the last tick (no warm-up cost)
@@ -79,6 +80,7 @@ class ClusterEngine:
         # flat positions of the two per-node slot columns inside observation/state
         rows = len(NODE_FEATURES) + np.arange(k) * len(SLOT_FEATURES)
         self._chosen_at = rows + _SLOT["nodes_chosen"]
+        self._pending_at = rows + _SLOT["nodes_pending"]
         self._mine_at = rows + _SLOT["is_mine"]
 
     # ---- lifecycle -------------------------------------------------------------
@@ -110,6 +112,14 @@ class ClusterEngine:
         self.slot_cap = np.zeros(cfg.num_slots, np.int64)
         self.slot_cap[: len(visible)] = wl.cap[visible]
         self.chosen = np.zeros(cfg.num_slots, np.int64)
+        # slot of the task each node served in the last tick (-1: none or not visible),
+        # and per slot how many of those nodes have not chosen yet in this round
+        slot_of = np.full(len(wl.cap) + 1, -1, np.int64)  # the last entry serves idle (-1)
+        slot_of[visible] = np.arange(len(visible))
+        self._node_slot = slot_of[sim.node_task]
+        self.pending = np.bincount(
+            self._node_slot[self._node_slot >= 0], minlength=cfg.num_slots
+        ).astype(np.int64)
         self.assign = np.full(cfg.num_nodes, -1, np.int64)
         self._mask = np.ones(cfg.num_slots + 1, np.int8)
         self._mask[:-1] = self.slot_tasks >= 0
@@ -162,6 +172,7 @@ class ClusterEngine:
         mine = self.sim.node_task[i]
         state = self._base.copy()
         state[self._chosen_at] = self.chosen * self._inv_cap
+        state[self._pending_at] = self.pending * self._inv_cap
         if mine >= 0:
             is_mine = self.slot_tasks == mine
             state[self._mine_at] = is_mine
@@ -200,6 +211,13 @@ class ClusterEngine:
             raise InvalidActionError(
                 f"node_{i}: action {action!r} is outside the action space Discrete({k + 1})"
             )
+        if a < k and not self._mask[a] and self.config.strict:
+            raise InvalidActionError(
+                f"node_{i}: action {a} is masked out (mask {self.mask().tolist()}); "
+                f"slot {a} is {'empty' if self.slot_tasks[a] < 0 else 'at its parallelism cap'}"
+            )
+        if self._node_slot[i] >= 0:
+            self.pending[self._node_slot[i]] -= 1
         if a == k:
             return None
         if self._mask[a]:
@@ -209,11 +227,6 @@ class ClusterEngine:
                 self._mask[a] = 0
             return None
         mask = self.mask()
-        if self.config.strict:
-            raise InvalidActionError(
-                f"node_{i}: action {a} is masked out (mask {mask.tolist()}); "
-                f"slot {a} is {'empty' if self.slot_tasks[a] < 0 else 'at its parallelism cap'}"
-            )
         self.invalid_counts[i] += 1
         self.last_invalid[i] = {"asked": a, "mask": mask.tolist()}
         return {"masked_action": a, "masked_actions_total": int(self.invalid_counts[i])}
@@ -238,14 +251,14 @@ class ClusterEngine:
         slot_of = {int(t): s for s, t in enumerate(self.slot_tasks) if t >= 0}
         nodes = " ".join("." if t < 0 else str(slot_of.get(int(t), "?")) for t in sim.node_task)
         lines = [f"tick {sim.t}  nodes: [{nodes}]  (slot served in the last tick, . idle)"]
-        lines.append("slot task  loss/target  progress  left  nodes/cap  chosen")
+        lines.append("slot task  loss/target  progress  left  nodes/cap  chosen  pending")
         for s, k in enumerate(self.slot_tasks):
             if k < 0:
                 continue
             lines.append(
                 f"{s:>4} {k:>4}  {sim.reported[k] / wl.target[k]:>11.3f}  "
                 f"{sim.progress(np.array([k]))[0]:>8.2f}  {wl.deadline[k] - sim.t:>4}  "
-                f"{sim.nodes_now[k]:>4}/{wl.cap[k]:<4}  {self.chosen[s]:>6}"
+                f"{sim.nodes_now[k]:>4}/{wl.cap[k]:<4}  {self.chosen[s]:>6}  {self.pending[s]:>7}"
             )
         if len(self.queued):
             lines.append(f"+ {len(self.queued)} queued beyond the visible slots")
@@ -290,8 +303,9 @@ class raw_env(AECEnv):
 
     **Agents** ``node_0 … node_{N-1}``.  In each decision round every node acts once, in
     index order; after the last node the simulator advances one tick.  Later nodes see
-    earlier nodes' choices this round (``nodes_chosen`` and the mask): this ordering is
-    the autoregressive factorisation of the joint action.
+    earlier nodes' choices this round (``nodes_chosen`` and the mask) and how many of a
+    task's current nodes have still to choose (``nodes_pending``): this ordering is the
+    autoregressive factorisation of the joint action.
 
     **Tasks** arrive by a Poisson process (load factor ``load``: expected node-ticks
     demanded per tick / N) during ``horizon`` ticks; each follows a real learning curve
@@ -305,12 +319,12 @@ class raw_env(AECEnv):
 
     **Observation space** ``Dict``:
 
-    * ``observation`` ``Box(-10, 10, (8 + 12K,), float32)``: the node features
+    * ``observation`` ``Box(-10, 10, (8 + 13K,), float32)``: the node features
       :data:`NODE_FEATURES` followed by K rows of :data:`SLOT_FEATURES` (empty slots are
       all zero).
     * ``action_mask`` ``Box(0, 1, (K + 1,), int8)``: empty slots and slots whose task
       already has ``cap`` nodes chosen this round are 0; idle is always 1.
-    * ``state`` ``Box(-10, 10, (8 + 12K + 4,), float32)``: the observation plus
+    * ``state`` ``Box(-10, 10, (8 + 13K + 4,), float32)``: the observation plus
       :data:`QUEUE_FEATURES` summarising active tasks beyond the visible slots (for a
       centralized critic).
 

@@ -38,7 +38,13 @@ class Scheduler(ABC):
 
 
 def place(sim: ClusterSim, counts: np.ndarray) -> np.ndarray:
-    """Per-node assignment realising ``counts`` while moving as few nodes as possible."""
+    """Per-node assignment realising ``counts`` while moving as few nodes as possible.
+
+    The first ``counts[k]`` nodes (by index) that served task ``k`` stay on it; the other
+    nodes, in index order, fill the remaining places task by task in deadline order.  In
+    the env this is the rule "stay while your task has room; otherwise join the first slot
+    with ``count - nodes_chosen - nodes_pending > 0``", which a policy can learn exactly.
+    """
     counts = np.asarray(counts, dtype=np.int64).copy()
     n_nodes = sim.config.num_nodes
     if counts.sum() > n_nodes:
@@ -49,7 +55,7 @@ def place(sim: ClusterSim, counts: np.ndarray) -> np.ndarray:
             assign[i] = k
             counts[k] -= 1
     free = iter(np.flatnonzero(assign < 0))
-    for k in np.flatnonzero(counts > 0):
+    for k in edf_order(sim, np.flatnonzero(counts > 0)):
         for _ in range(counts[k]):
             assign[next(free)] = k
     return assign
@@ -121,6 +127,20 @@ def nodes_needed(
     return np.where(ok.any(axis=1), first + 1, 0)
 
 
+def fair_share(sim: ClusterSim, order: np.ndarray, want: np.ndarray | None = None) -> np.ndarray:
+    """Nodes per task (length = tasks in the episode): ``order``'s tasks share the nodes
+    round-robin, first up to ``want`` (aligned with ``order``), then up to their caps."""
+    caps = sim.workload.cap[order]
+    share = np.zeros(len(order), np.int64)
+    left = sim.config.num_nodes
+    if want is not None:
+        left = spread(share, np.minimum(want, caps), left)
+    spread(share, caps, left)
+    counts = np.zeros(len(sim.status), np.int64)
+    counts[order] = share
+    return counts
+
+
 def spread(counts: np.ndarray, want: np.ndarray, left: int) -> int:
     """Add nodes one at a time round-robin (in index order) up to ``want``; returns nodes left."""
     while left > 0:
@@ -164,12 +184,7 @@ class Uniform(Scheduler):
     name = "uniform"
 
     def allocate(self, sim: ClusterSim) -> np.ndarray:
-        order = edf_order(sim)
-        share = np.zeros(len(order), np.int64)
-        spread(share, sim.workload.cap[order], sim.config.num_nodes)
-        counts = np.zeros(len(sim.status), np.int64)
-        counts[order] = share
-        return counts
+        return fair_share(sim, edf_order(sim))
 
 
 SCHEDULERS: dict[str, type[Scheduler]] = {

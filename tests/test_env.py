@@ -83,6 +83,34 @@ def test_masked_action_counts_as_idle_and_is_reported():
     pytest.fail("no masked slot seen")
 
 
+def test_nodes_pending_counts_the_task_nodes_still_to_choose():
+    """Slot feature nodes_pending * cap = nodes that served the slot's task in the last
+    tick and have not acted yet in this round (the acting node included)."""
+    from mara_env.env import SLOT_FEATURES
+
+    e = raw_env(**{**SMALL, "num_slots": 8})
+    e.reset(seed=1)
+    rng = np.random.default_rng(0)
+    k, d, f = 8, 8, len(SLOT_FEATURES)
+    pend, cap = SLOT_FEATURES.index("nodes_pending"), SLOT_FEATURES.index("cap")
+    seen = 0
+    for agent in e.agent_iter(2000):
+        obs, _, term, trunc, _ = e.last()
+        if term or trunc:
+            e.step(None)
+            continue
+        engine = e.engine
+        i = e.possible_agents.index(agent)
+        slots = obs["observation"][d:].reshape(k, f)
+        later = engine.sim.node_task[i:]
+        for s, task in enumerate(engine.slot_tasks):
+            expected = int((later == task).sum()) if task >= 0 else 0
+            assert round(float(slots[s, pend] * slots[s, cap] * 8)) == expected
+            seen += expected
+        e.step(int(rng.choice(np.flatnonzero(obs["action_mask"]))))
+    assert seen > 0
+
+
 def test_strict_mode_raises_naming_agent_action_and_mask():
     e = raw_env(**SMALL, strict=True)
     e.reset(seed=3)

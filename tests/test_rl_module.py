@@ -15,7 +15,7 @@ from mara_agents.export import MaraAgent, export_checkpoint, load_policy
 from mara_agents.rl_module import MaraNet, MaraRLModule, ModelConfig, ModelError, ObsLayout
 from mara_env.env import SLOT_FEATURES
 
-K, NODE, SLOT = 5, 8, 12
+K, NODE, SLOT = 5, 8, len(SLOT_FEATURES)
 CHOSEN = SLOT_FEATURES.index("nodes_chosen")
 
 
@@ -114,7 +114,7 @@ def test_centralized_critic_reads_state() -> None:
 
 def test_layout_errors_are_clear() -> None:
     with pytest.raises(ModelError, match="does not split"):
-        ObsLayout.infer(8 + 5 * 12 + 3, 8 + 5 * 12 + 7, 6)
+        ObsLayout.infer(8 + 5 * SLOT + 3, 8 + 5 * SLOT + 7, 6)
     layout = ObsLayout.infer(8 + 5 * 18, 8 + 5 * 18 + 4, 6)
     assert (layout.slot_dim, layout.num_slots) == (18, 5)
     assert isinstance(MaraNet(layout, ModelConfig()), torch.nn.Module)
@@ -160,7 +160,7 @@ def test_module_fits_the_env_with_and_without_predictor_features(
         action_space=next(iter(env.action_spaces.values())),
         model_config={"hidden": 8, "heads": 2, "critic_hidden": 8},
     )
-    assert module.layout.slot_dim == 12 + (0 if wrapper == "none" else len(PREDICTOR_FEATURES))
+    assert module.layout.slot_dim == SLOT + (0 if wrapper == "none" else len(PREDICTOR_FEATURES))
     obs, _ = env.reset(seed=1)
     for _ in range(60):
         agent, o = next(iter(obs.items()))
@@ -238,7 +238,7 @@ def test_pretrain_with_dagger_writes_stages_and_resumes(tmp_path: Path) -> None:
     after = torch.load(out, weights_only=True)
     assert all(torch.equal(before[k], after[k]) for k in before)
     # A DAgger episode is driven by the clone but labelled by the teacher.
-    layout = ObsLayout.infer(8 + 3 * 12, 8 + 3 * 12 + 4, 4)
+    layout = ObsLayout.infer(8 + 3 * SLOT, 8 + 3 * SLOT + 4, 4)
     net = MaraNet(layout, ModelConfig(hidden=16, heads=2, critic_hidden=16))
     net.load_state_dict(after)
     teacher = collect_demonstrations(exp, 1, seed=7)

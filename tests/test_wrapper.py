@@ -12,11 +12,12 @@ from pettingzoo.test import api_test, seed_test
 from flow_predictor.checkpoint import load_predictor
 from flow_predictor.wls import WLSPredictor
 from flow_predictor.wrapper import PREDICTOR_FEATURES, PredictorFeatures, confident_nodes
-from mara_env.env import env
+from mara_env.env import SLOT_FEATURES, env
 
 torch.set_num_threads(1)
 SMALL = {"num_nodes": 4, "num_slots": 3, "horizon": 20}
 P = len(PREDICTOR_FEATURES)
+B = len(SLOT_FEATURES)  # the env's own slot features
 
 
 @pytest.fixture(scope="module")
@@ -60,23 +61,23 @@ def test_layout_extends_every_slot_and_keeps_queue(flow, kind):
     base = e.env.observe(agent)
     obs = e.observe(agent)
     k, d = e.num_slots, e.node_dim
-    assert (d, e.slot_dim) == (8, 12 + P)
-    assert obs["observation"].shape == (d + k * (12 + P),)
+    assert (d, e.slot_dim) == (8, B + P)
+    assert obs["observation"].shape == (d + k * (B + P),)
     assert e.observation_space(agent) is e.observation_space(agent)
     assert e.observation_space(agent).contains(obs)
-    slots = obs["observation"][d:].reshape(k, 12 + P)
+    slots = obs["observation"][d:].reshape(k, B + P)
     np.testing.assert_array_equal(obs["observation"][:d], base["observation"][:d])
-    np.testing.assert_array_equal(slots[:, :12], base["observation"][d:].reshape(k, 12))
+    np.testing.assert_array_equal(slots[:, :B], base["observation"][d:].reshape(k, B))
     np.testing.assert_array_equal(obs["state"][-4:], base["state"][-4:])
     np.testing.assert_array_equal(obs["action_mask"], base["action_mask"])
     occupied = slots[:, 0] == 1
-    assert np.all(slots[~occupied, 12:] == 0)
-    fb = 12 + PREDICTOR_FEATURES.index("pred_fallback")
+    assert np.all(slots[~occupied, B:] == 0)
+    fb = B + PREDICTOR_FEATURES.index("pred_fallback")
     assert (slots[occupied, fb] == 0).any()  # some task is predicted by the method itself
-    need = slots[occupied, 12 + PREDICTOR_FEATURES.index("pred_nodes_needed")]
+    need = slots[occupied, B + PREDICTOR_FEATURES.index("pred_nodes_needed")]
     assert np.all((need > 0) & (need <= 1))
     assert np.all(need[slots[occupied, fb] == 1] == 1)  # no confident prediction: the cap
-    q = slots[occupied, 12:15]
+    q = slots[occupied, B : B + 3]
     assert np.all(np.diff(q, axis=1) >= 0)
     np.testing.assert_array_equal(e.state(), obs["state"])
 
@@ -153,7 +154,7 @@ def test_nodes_needed_feature_is_the_flow_share_want():
     e.reset(seed=5)
     agent.reset(e, 5)
     engine = e.unwrapped.engine
-    col = 12 + PREDICTOR_FEATURES.index("pred_nodes_needed")
+    col = B + PREDICTOR_FEATURES.index("pred_nodes_needed")
     checked = 0
     for name in e.agent_iter():
         obs, _, term, trunc, _ = e.last()
@@ -171,3 +172,41 @@ def test_nodes_needed_feature_is_the_flow_share_want():
                 checked += int((want < sim.workload.cap[tasks]).sum())
         e.step(agent.act(e, name))
     assert checked > 0  # some slot had a want below its cap
+
+
+def test_share_features_let_a_node_realise_flow_share_exactly():
+    """With K >= N the per-node rule "stay while your task's pred_share exceeds
+    nodes_chosen, else join the first slot with share - chosen - pending > 0" takes
+    exactly the flow_share teacher's actions: the clone's targets are learnable."""
+    from mara_agents.baselines import FlowShare
+    from mara_env.schedulers import SchedulerAgent
+
+    k = SMALL["num_nodes"]
+    e = wrapped(load_predictor(n_samples=32), num_slots=k, load=1.5, horizon=40)
+    col = {n: i for i, n in enumerate(SLOT_FEATURES + PREDICTOR_FEATURES)}
+    agent = SchedulerAgent(FlowShare())
+    e.reset(seed=2)
+    agent.reset(e, 2)
+    steps = moved = 0
+    for name in e.agent_iter():
+        obs, _, term, trunc, _ = e.last()
+        if term or trunc:
+            e.step(None)
+            continue
+        slots = obs["observation"][8:].reshape(k, -1).astype(np.float64)
+        cap = slots[:, col["cap"]] * 8
+        count, chosen, pending = (
+            np.rint(slots[:, col[f]] * cap) for f in ("pred_share", "nodes_chosen", "nodes_pending")
+        )
+        mine = np.flatnonzero(slots[:, col["is_mine"]] > 0)
+        room = np.flatnonzero((slots[:, col["occupied"]] > 0) & (count - chosen - pending > 0))
+        if len(mine) and count[mine[0]] > chosen[mine[0]]:
+            rule = int(mine[0])
+        else:
+            rule = int(room[0]) if len(room) else k
+            moved += len(mine) > 0
+        action = agent.act(e, name)
+        assert rule == action, f"{name} at tick {e.unwrapped.engine.sim.t}"
+        steps += 1
+        e.step(action)
+    assert steps > 100 and moved > 0  # some node left its task for another
