@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from mara_agents.experiment import Experiment
+from mara_agents.numpy_actor import NumpyActor
 from mara_agents.rl_module import (
     SHARED_MODULE_ID,
     MaraNet,
@@ -145,6 +146,7 @@ class MaraPolicy:
 
     def __init__(self, net: MaraNet, meta: dict[str, Any], seed: int | None = None) -> None:
         self.net = net.eval()
+        self.actor = NumpyActor(self.net)  # one observation per call: numpy is faster
         self.meta = meta
         self.generator = torch.Generator().manual_seed(0 if seed is None else seed)
 
@@ -156,26 +158,25 @@ class MaraPolicy:
         """Reseed the sampling generator (only used with ``greedy=False``)."""
         self.generator.manual_seed(seed)
 
-    @torch.no_grad()
-    def logits(self, obs: dict[str, np.ndarray]) -> torch.Tensor:
-        """Masked logits ``(K + 1,)`` of one observation dict."""
-        x = torch.as_tensor(np.asarray(obs["observation"], np.float32))[None]
+    def logits(self, obs: dict[str, np.ndarray]) -> np.ndarray:
+        """Masked logits ``(K + 1,)`` of one observation dict (numpy; same as ``net.logits``)."""
+        x = np.asarray(obs["observation"], np.float32)
         lay = self.net.layout
-        if x.shape[-1] != lay.obs_dim:
+        if x.shape != (lay.obs_dim,):
             raise ValueError(
-                f"observation has {x.shape[-1]} features; this policy expects {lay.obs_dim} "
+                f"observation has shape {x.shape}; this policy expects ({lay.obs_dim},) "
                 f"({lay.node_dim} node features + {lay.num_slots} slots x {lay.slot_dim}, "
                 f"wrapper={self.wrapper!r}): build the env with num_slots={lay.num_slots}"
             )
-        m = torch.as_tensor(np.asarray(obs["action_mask"], np.float32))[None]
-        return self.net.logits(x, m)[0]
+        return self.actor.logits(x, obs["action_mask"])
 
     def act(self, obs: dict[str, np.ndarray], greedy: bool = True) -> int:
         """Action for one observation: argmax (default) or a sample from the seeded generator."""
         logits = self.logits(obs)
         if greedy:
             return int(logits.argmax())
-        return int(torch.multinomial(torch.softmax(logits, -1), 1, generator=self.generator))
+        probs = torch.softmax(torch.from_numpy(logits), -1)
+        return int(torch.multinomial(probs, 1, generator=self.generator))
 
 
 def load_policy(path: str | Path = SHIPPED_POLICY, seed: int | None = None) -> MaraPolicy:

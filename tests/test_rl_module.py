@@ -246,3 +246,23 @@ def test_pretrain_with_dagger_writes_stages_and_resumes(tmp_path: Path) -> None:
     assert driven["action"].shape == driven["return"].shape
     assert set(np.unique(driven["action"])) <= set(range(4))
     assert len(teacher["action"]) == len(driven["action"])  # same episode length (all rounds)
+
+
+@pytest.mark.parametrize("independent", [False, True])
+def test_numpy_actor_matches_the_torch_network(independent: bool) -> None:
+    """The policy file's numpy actor (used for acting) computes net.logits."""
+    from mara_agents.numpy_actor import NumpyActor
+
+    layout = ObsLayout(node_dim=NODE, slot_dim=SLOT + 3, num_slots=K, state_extra=4)
+    config = ModelConfig(
+        hidden=32, heads=4, attention_layers=2, independent=independent, work_conserving=independent
+    )
+    net = MaraNet(layout, config).eval()
+    batch = random_batch(64, slot_dim=SLOT + 3, seed=3)
+    with torch.no_grad():
+        expected = net.logits(batch["observation"], batch["action_mask"]).numpy()
+    actor = NumpyActor(net)
+    obs, mask = batch["observation"].numpy(), batch["action_mask"].numpy()
+    got = np.stack([actor.logits(o, m) for o, m in zip(obs, mask)])
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
+    assert (got.argmax(1) == expected.argmax(1)).all()
