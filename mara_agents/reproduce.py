@@ -46,10 +46,11 @@ def retrain(out: Path) -> Path:
     """Retrain the predictor and the shipped policy's recipe (resumable, progress bars).
 
     The shipped policy is the behaviour-cloning stage of ``experiments/mara.yaml``
-    (``docs/training.md``), so this runs ``mara train --pretrain-only --resume`` (BC and the
-    DAgger round) and exports the BC stage; returns the exported policy file.  The policy
-    observes through the shipped flow checkpoint, as the shipped policy does; the retrained
-    predictor (``OUT/retrained/flow.pt``) is written for comparison.
+    (``docs/training.md``), so this runs ``mara train --pretrain-only --resume`` (behaviour
+    cloning, and DAgger rounds if the YAML asks for them) and exports the BC stage; returns
+    the exported policy file.  The policy observes through the shipped flow checkpoint, as
+    the shipped policy does; the retrained predictor (``OUT/retrained/flow.pt``) is written
+    for comparison.
     """
     ckpt = out / "retrained" / "flow.pt"
     runs = out / "retrained" / "train"

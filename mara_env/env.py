@@ -77,7 +77,7 @@ class ClusterEngine:
             }
         )
         self.action_space = spaces.Discrete(k + 1)
-        # flat positions of the two per-node slot columns inside observation/state
+        # flat positions of the per-node slot columns inside observation/state
         rows = len(NODE_FEATURES) + np.arange(k) * len(SLOT_FEATURES)
         self._chosen_at = rows + _SLOT["nodes_chosen"]
         self._pending_at = rows + _SLOT["nodes_pending"]
