@@ -73,6 +73,27 @@ def test_registered_agent_factory_is_used(config) -> None:
     assert df["scheduler"].iloc[0] == "idle=x"
 
 
+class SlotCountingAgent(IdleAgent):
+    """Idles, and records the slot count of the env the harness built for it."""
+
+    num_slots = 2
+    seen: set[int] = set()
+
+    def act(self, env, agent: str) -> int:
+        SlotCountingAgent.seen.add(env.unwrapped.config.num_slots)
+        return super().act(env, agent)
+
+
+def test_agent_gets_an_env_with_its_own_slot_count(config) -> None:
+    """A policy trained on K slots runs with K slots, whatever the harness config says,
+    on the same workloads (tasks per episode) as everyone else."""
+    register_agent_factory("slots2", lambda arg: SlotCountingAgent())
+    df = evaluate(["slots2=x", "edf"], [1.0], 2, [0], config, workers=1, progress=False)
+    assert SlotCountingAgent.seen == {2} and config.num_slots == 16
+    tasks = df.pivot_table(index="episode", columns="scheduler", values="tasks")
+    assert (tasks["slots2=x"] == tasks["edf"]).all()
+
+
 def test_scheduler_parameters_in_spec() -> None:
     s = make_scheduler("lara:margin=0.3:explore_reports=4")
     assert s.predictor.margin == 0.3 and s.explore_reports == 4

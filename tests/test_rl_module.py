@@ -147,6 +147,21 @@ def test_load_policy_rejects_other_files(tmp_path: Path) -> None:
         load_policy(tmp_path / "missing.pt")
 
 
+def test_old_policy_files_and_wrong_observations_are_named(tmp_path: Path) -> None:
+    module = make_module()
+    module.save_to_path(tmp_path / "ckpt")
+    path = export_checkpoint(tmp_path / "ckpt", tmp_path / "policy.pt")
+    data = torch.load(path, weights_only=False)
+    torch.save({**data, "version": 1}, tmp_path / "v1.pt")
+    with pytest.raises(ValueError, match="version 1; expected 2.*nodes_pending"):
+        load_policy(tmp_path / "v1.pt")
+    policy = load_policy(path)
+    batch = random_batch(1, seed=4, k=K + 1)  # one slot more than the policy was built for
+    obs = {k: v[0].numpy() for k, v in batch.items()}
+    with pytest.raises(ValueError, match=f"expects .*build the env with num_slots={K}"):
+        policy.act(obs)
+
+
 @pytest.mark.parametrize("wrapper", ["none", "wls"])
 def test_module_fits_the_env_with_and_without_predictor_features(
     wrapper: str, small_config: dict
