@@ -51,6 +51,9 @@ SAFE_QUANTILE = 0.9
 SAFE_SLACK = 2
 # A task is predicted again once its reports grew by this fraction (PredictionCache).
 REFRESH = 0.1
+# flow_share_counts: a task whose DROP_QUANTILE of remaining work cannot be done by its
+# deadline even on its cap is served last, while the others want every node.
+DROP_QUANTILE = 0.05
 
 
 def confident_nodes(
@@ -81,6 +84,51 @@ def confident_nodes(
         wl.alpha[tasks],
     )
     return np.where(need > 0, need, wl.cap[tasks])
+
+
+def flow_share_counts(
+    sim: Any,
+    tasks: np.ndarray,
+    rw: RemainingWork,
+    quantile: float = SAFE_QUANTILE,
+    slack: int = SAFE_SLACK,
+    drop: float | None = DROP_QUANTILE,
+    qs: dict[float, np.ndarray] | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """``flow_share``'s want (:func:`confident_nodes`) and count of each of ``tasks``.
+
+    ``tasks`` in deadline order share the nodes round-robin (:func:`fair_share`), first up to
+    their wants, then up to their caps.  With ``drop``: a task is *hopeless* when even the
+    ``drop`` quantile of its remaining work cannot be done by its deadline on its cap (not
+    while its prediction is a fallback); while the other tasks want at least every node,
+    hopeless ones get only what is left once the others reach their caps.
+    ``qs``: quantiles of ``rw`` already computed, by level.  Returns ``(want, counts)``,
+    both aligned with ``tasks``.
+    """
+    qs = qs or {}
+    wl = sim.workload
+    upper = qs.get(quantile)
+    want = confident_nodes(sim, tasks, rw, quantile, slack, upper=upper)
+    last = None
+    if drop:
+        low = qs.get(drop)
+        if low is None:
+            low = rw.quantiles([drop])[:, 0]
+        cap = wl.cap[tasks]
+        reach = nodes_needed(
+            np.where(rw.fallback, np.nan, low),
+            wl.deadline[tasks] - sim.t,
+            cap,
+            warm_nodes(sim, tasks),
+            wl.rate[tasks],
+            wl.alpha[tasks],
+        )
+        # nan (fallback or unknown) gives 0 from nodes_needed as well: not hopeless
+        hopeless = (reach == 0) & ~rw.fallback & ~np.isnan(low)
+        if hopeless.any() and want[~hopeless].sum() >= sim.config.num_nodes:
+            last = hopeless
+    counts = fair_share(sim, tasks, want, last=last)[tasks]
+    return want, counts
 
 
 class PredictorFeatures(BaseWrapper):
@@ -191,10 +239,11 @@ class PredictorFeatures(BaseWrapper):
             extra[: len(tasks), 3] = rw.prob_within(now)
             extra[: len(tasks), 4] = rw.prob_within(cap)
             extra[: len(tasks), 5] = rw.fallback
-            need = confident_nodes(sim, tasks, rw, upper=qs[:, QUANTILES.index(SAFE_QUANTILE)])
-            extra[: len(tasks), 6] = need / wl.cap[tasks]
             # slots are in deadline order, as flow_share's round-robin
-            extra[: len(tasks), 7] = fair_share(sim, tasks, need)[tasks] / wl.cap[tasks]
+            known = {q: qs[:, j] for j, q in enumerate(QUANTILES)}
+            need, share = flow_share_counts(sim, tasks, rw, qs=known)
+            extra[: len(tasks), 6] = need / wl.cap[tasks]
+            extra[: len(tasks), 7] = share / wl.cap[tasks]
         # Unknown (nan) predictions read as 0 with the fallback flag set; "never" as the limit.
         self._extra = np.clip(np.nan_to_num(extra, nan=0.0, posinf=LIMIT), -LIMIT, LIMIT)
         return self._extra

@@ -23,7 +23,6 @@ from mara_env.schedulers import (
     SCHEDULERS,
     Scheduler,
     edf_order,
-    fair_share,
     fill_in_order,
     spread,
     ticks_needed,
@@ -334,9 +333,13 @@ class FlowShare(Scheduler):
     the cap does, or while its prefix is too short to predict).  Nodes are shared round-robin
     in deadline order up to the wants, then up to the caps: the same uniform share as
     :class:`~mara_env.schedulers.Uniform`, with nodes a task will not need moved to the others.
+    While the tasks want every node, a task that even the ``drop`` quantile (default 5 %) of
+    its remaining work says cannot finish on its cap is served last (``drop=0``: never);
+    see :func:`flow_predictor.wrapper.flow_share_counts`.
     ``predictor``: ``"flow"`` (the shipped checkpoint, 32 samples, as in the predictor
     wrapper) or ``"wls"``; ``refresh``: see :class:`flow_predictor.remaining.PredictionCache`.
-    Defaults are the wrapper's, so its ``pred_nodes_needed`` feature is exactly this want.
+    Defaults are the wrapper's, so its ``pred_nodes_needed`` and ``pred_share`` features are
+    exactly this want and count.
     """
 
     name = "flow_share"
@@ -347,11 +350,15 @@ class FlowShare(Scheduler):
         slack: int | None = None,
         predictor: str = "flow",
         refresh: float | None = None,
+        drop: float | None = None,
     ) -> None:
         from flow_predictor import wrapper
 
         self.quantile = wrapper.SAFE_QUANTILE if quantile is None else float(quantile)
         self.slack = wrapper.SAFE_SLACK if slack is None else int(slack)
+        self.drop = wrapper.DROP_QUANTILE if drop is None else float(drop)
+        if not 0 <= self.drop < 1:
+            raise ValueError(f"flow_share: drop={drop!r}; expected a quantile in [0, 1) (0: off)")
         self.refresh = wrapper.REFRESH if refresh is None else float(refresh)
         if predictor not in ("flow", "wls"):
             raise ValueError(f"flow_share: predictor={predictor!r}; expected 'flow' or 'wls'")
@@ -375,13 +382,17 @@ class FlowShare(Scheduler):
         self._predictions.clear()
 
     def allocate(self, sim: ClusterSim) -> np.ndarray:
-        from flow_predictor.wrapper import confident_nodes
+        from flow_predictor.wrapper import flow_share_counts
 
         order = edf_order(sim)
+        counts = np.zeros(len(sim.status), np.int64)
         if not len(order):
-            return np.zeros(len(sim.status), np.int64)
+            return counts
         rw = self._predictions.get(sim, order)
-        return fair_share(sim, order, confident_nodes(sim, order, rw, self.quantile, self.slack))
+        _, counts[order] = flow_share_counts(
+            sim, order, rw, self.quantile, self.slack, self.drop or None
+        )
+        return counts
 
 
 ALL_SCHEDULERS: dict[str, type[Scheduler]] = {

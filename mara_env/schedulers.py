@@ -127,14 +127,23 @@ def nodes_needed(
     return np.where(ok.any(axis=1), first + 1, 0)
 
 
-def fair_share(sim: ClusterSim, order: np.ndarray, want: np.ndarray | None = None) -> np.ndarray:
+def fair_share(
+    sim: ClusterSim,
+    order: np.ndarray,
+    want: np.ndarray | None = None,
+    last: np.ndarray | None = None,
+) -> np.ndarray:
     """Nodes per task (length = tasks in the episode): ``order``'s tasks share the nodes
-    round-robin, first up to ``want`` (aligned with ``order``), then up to their caps."""
+    round-robin, first up to ``want`` (aligned with ``order``), then up to their caps.
+    Tasks flagged in ``last`` (aligned with ``order``) get nodes only once every other
+    task has its cap."""
     caps = sim.workload.cap[order]
     share = np.zeros(len(order), np.int64)
     left = sim.config.num_nodes
+    first = caps if last is None else np.where(last, 0, caps)
     if want is not None:
-        left = spread(share, np.minimum(want, caps), left)
+        left = spread(share, np.minimum(want, first), left)
+    left = spread(share, first, left)
     spread(share, caps, left)
     counts = np.zeros(len(sim.status), np.int64)
     counts[order] = share

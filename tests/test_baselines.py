@@ -140,7 +140,7 @@ def test_nodes_needed_is_the_fewest_that_meet_the_deadline() -> None:
 
 def test_flow_share_moves_unneeded_nodes_to_other_tasks(episode_setup) -> None:
     cfg, traces = episode_setup
-    sched = FlowShare(predictor="wls")
+    sched = FlowShare(predictor="wls", drop=0)
     sim = ClusterSim(cfg, traces)
     sim.reset(np.random.default_rng(4))
     sched.reset(sim, np.random.default_rng(0))
@@ -167,3 +167,42 @@ def test_flow_share_moves_unneeded_nodes_to_other_tasks(episode_setup) -> None:
 def test_flow_share_rejects_an_unknown_predictor() -> None:
     with pytest.raises(ValueError, match="expected 'flow' or 'wls'"):
         FlowShare(predictor="gp")
+    with pytest.raises(ValueError, match="drop=1.5"):
+        FlowShare(drop=1.5)
+
+
+def test_flow_share_serves_hopeless_tasks_last_only_when_overloaded(episode_setup) -> None:
+    from flow_predictor.remaining import RemainingWork
+    from flow_predictor.wrapper import flow_share_counts
+
+    cfg, traces = episode_setup
+    sim = ClusterSim(cfg, traces)
+    sim.reset(np.random.default_rng(4))
+    # until the tasks after the most urgent one can take every node between them
+    while sim.workload.cap[edf_order(sim)[1:]].sum() < cfg.num_nodes:
+        assert not sim.done
+        sim.tick(Uniform().assign(sim))
+    order = edf_order(sim)
+    n = len(order)
+    hopeless = np.zeros(n, bool)
+    hopeless[0] = True  # the most urgent task: its work is never done ("not reached")
+
+    def counts(others: np.ndarray, drop: float | None = 0.05) -> tuple[np.ndarray, np.ndarray]:
+        samples = np.where(hopeless[:, None], np.inf, others[None, :])
+        want, share = flow_share_counts(
+            sim, order, RemainingWork(samples, np.zeros(n, bool)), drop=drop
+        )
+        assert (share <= sim.workload.cap[order]).all() and share.sum() <= cfg.num_nodes
+        return want, share
+
+    # The others can finish (5 % quantile tiny) but want their caps (90 % quantile huge),
+    # and their caps take every node: the hopeless task is served last, i.e. not at all.
+    wide = np.r_[np.full(4, 1e-3), np.full(28, 1e6)]
+    want, share = counts(wide)
+    assert want[~hopeless].sum() >= cfg.num_nodes
+    assert share[0] == 0 and share.sum() == cfg.num_nodes
+    # Without the triage it gets its round-robin share like everyone else.
+    assert counts(wide, drop=None)[1][0] >= 1
+    # The others need little: no overload, so no triage either.
+    want, share = counts(np.full(32, 1e-3))
+    assert want[~hopeless].sum() < cfg.num_nodes and share[0] >= 1
