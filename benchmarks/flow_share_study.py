@@ -1,11 +1,11 @@
 """How should a scheduler use remaining-work predictions?  (validation split; prints a table)
 
-How to run:   python benchmarks/flow_share_study.py [--episodes 30] [--loads 1.0]
+How to run:   python benchmarks/flow_share_study.py [--episodes 30] [--loads 1.0,2.0]
 
 Compares, on the same episodes (common random numbers, base seed 0):
 
 * ``uniform`` share and ``flow_share`` over a small grid of its quantile and slack
-  (how its defaults were chosen);
+  (how its defaults were chosen, without the triage: ``drop=0``), and with the triage;
 * LARA's deadline planner fed the **true** remaining work times a fixed log-normal error
   per task (sigma 0, 0.3, 0.7): how accurate a point prediction must be for planning;
 * LARA's planner fed the flow predictor's median after 3 reports.
@@ -66,11 +66,14 @@ class FlowPlanner(LARA):
 
 def candidates() -> dict[str, Scheduler]:
     out: dict[str, Scheduler] = {"uniform": make_scheduler("uniform")}
+    # the grid that chose quantile and slack was run without the triage (drop=0)
     for q, slack in ((0.8, 3), (0.9, 2), (0.95, 4)):
-        out[f"flow_share q={q} slack={slack}"] = make_scheduler(
-            f"flow_share:quantile={q}:slack={slack}"
+        out[f"flow_share q={q} slack={slack} drop=0"] = make_scheduler(
+            f"flow_share:quantile={q}:slack={slack}:drop=0"
         )
-    out["flow_share (WLS predictions)"] = make_scheduler("flow_share:predictor=wls")
+    out["flow_share (WLS predictions) drop=0"] = make_scheduler("flow_share:predictor=wls:drop=0")
+    for drop in (0.05, 0.1):
+        out[f"flow_share drop={drop} (0.05: default)"] = make_scheduler(f"flow_share:drop={drop}")
     for sigma in (0.0, 0.3, 0.7):
         out[f"planner on true work x lognormal({sigma})"] = NoisyOracle(sigma)
     out["planner on flow q50"] = FlowPlanner(0.5)
