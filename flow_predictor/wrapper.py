@@ -56,6 +56,19 @@ REFRESH = 0.1
 DROP_QUANTILE = 0.05
 
 
+def _nodes_to_finish(sim: Any, tasks: np.ndarray, work: np.ndarray, slack: int) -> np.ndarray:
+    """:func:`nodes_needed` for ``work`` left in each of ``tasks``, ``slack`` ticks early."""
+    wl = sim.workload
+    return nodes_needed(
+        work,
+        wl.deadline[tasks] - sim.t - slack,
+        wl.cap[tasks],
+        warm_nodes(sim, tasks),
+        wl.rate[tasks],
+        wl.alpha[tasks],
+    )
+
+
 def confident_nodes(
     sim: Any,
     tasks: np.ndarray,
@@ -71,19 +84,10 @@ def confident_nodes(
     ``rw`` holds the predictions of ``tasks`` (remaining work from now, as
     :meth:`PredictionCache.get` gives it); ``upper``: its ``quantile`` if already computed.
     """
-    wl = sim.workload
     if upper is None:
         upper = rw.quantiles([quantile])[:, 0]
-    q = np.where(rw.fallback, np.inf, upper)
-    need = nodes_needed(
-        q,
-        wl.deadline[tasks] - sim.t - slack,
-        wl.cap[tasks],
-        warm_nodes(sim, tasks),
-        wl.rate[tasks],
-        wl.alpha[tasks],
-    )
-    return np.where(need > 0, need, wl.cap[tasks])
+    need = _nodes_to_finish(sim, tasks, np.where(rw.fallback, np.inf, upper), slack)
+    return np.where(need > 0, need, sim.workload.cap[tasks])
 
 
 def flow_share_counts(
@@ -106,7 +110,6 @@ def flow_share_counts(
     both aligned with ``tasks``.
     """
     qs = qs or {}
-    wl = sim.workload
     upper = qs.get(quantile)
     want = confident_nodes(sim, tasks, rw, quantile, slack, upper=upper)
     last = None
@@ -114,15 +117,7 @@ def flow_share_counts(
         low = qs.get(drop)
         if low is None:
             low = rw.quantiles([drop])[:, 0]
-        cap = wl.cap[tasks]
-        reach = nodes_needed(
-            np.where(rw.fallback, np.nan, low),
-            wl.deadline[tasks] - sim.t,
-            cap,
-            warm_nodes(sim, tasks),
-            wl.rate[tasks],
-            wl.alpha[tasks],
-        )
+        reach = _nodes_to_finish(sim, tasks, np.where(rw.fallback, np.nan, low), slack=0)
         # nan (fallback or unknown) gives 0 from nodes_needed as well: not hopeless
         hopeless = (reach == 0) & ~rw.fallback & ~np.isnan(low)
         if hopeless.any() and want[~hopeless].sum() >= sim.config.num_nodes:
