@@ -2,7 +2,7 @@
 
 A policy file is ``torch.save`` of a plain dict::
 
-    {"format": "mara-policy", "version": 1,
+    {"format": "mara-policy", "version": 2,
      "layout": {...ObsLayout...}, "model": {...ModelConfig...},
      "env": {...ClusterConfig the policy was trained on...},
      "wrapper": "none" | "flow" | "wls", "wrapper_options": {...},
@@ -146,7 +146,8 @@ class MaraPolicy:
 
     def __init__(self, net: MaraNet, meta: dict[str, Any], seed: int | None = None) -> None:
         self.net = net.eval()
-        self.actor = NumpyActor(self.net)  # one observation per call: numpy is faster
+        # one observation per call: numpy is faster; a copy of the weights as loaded
+        self.actor = NumpyActor(self.net)
         self.meta = meta
         self.generator = torch.Generator().manual_seed(0 if seed is None else seed)
 

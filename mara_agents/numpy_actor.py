@@ -2,9 +2,10 @@
 
 The harness asks the policy for one node's action at a time (each node sees the choices
 made before it in the round), so every call is a batch of one.  Torch spends most of
-such a call in per-operator overhead; the same arithmetic in numpy is several times
-faster.  :meth:`MaraNet.logits` stays the reference (training, batches); a test checks
-that both give the same logits and actions.
+such a call in per-operator overhead; the same arithmetic in numpy takes about half the
+time (``benchmarks/eval_speed.py``).  The weights are copied when the actor is built:
+build a new one after changing the network's weights.  :meth:`MaraNet.logits` stays the
+reference (training, batches); a test checks that both give the same logits and actions.
 """
 
 from __future__ import annotations
