@@ -62,6 +62,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--checkpoint", default=None, help="flow checkpoint (default: shipped)")
     parser.add_argument("--seconds", type=float, default=5.0, help="time per measurement")
+    parser.add_argument(
+        "--slots", type=int, default=16, help="visible task slots (the shipped policy's: 16)"
+    )
     args = parser.parse_args()
     torch.set_num_threads(1)
     flow64 = load_predictor(args.checkpoint)
@@ -73,11 +76,14 @@ def main() -> None:
     ):
         rate = predictions_per_second(p, 64, args.seconds)
         print(f"{name:>18}: {rate:9.0f} predictions/s (batch 64)")
-    kw = {"num_nodes": 16, "num_slots": 8}
+    kw = {"num_nodes": 16, "num_slots": args.slots}
     base = agent_steps_per_second(lambda: env(**kw), args.seconds)
     wrapped = agent_steps_per_second(lambda: PredictorFeatures(env(**kw), flow32), args.seconds)
     wls = agent_steps_per_second(lambda: PredictorFeatures(env(**kw), WLSPredictor()), args.seconds)
-    print(f"{'env':>18}: {base:9.0f} agent-steps/s (16 nodes, 8 slots, random masked actions)")
+    print(
+        f"{'env':>18}: {base:9.0f} agent-steps/s "
+        f"(16 nodes, {args.slots} slots, random masked actions)"
+    )
     print(f"{'+ flow wrapper':>18}: {wrapped:9.0f} agent-steps/s ({wrapped / base:.2f}x)")
     print(f"{'+ wls wrapper':>18}: {wls:9.0f} agent-steps/s ({wls / base:.2f}x)")
 
