@@ -109,14 +109,15 @@ def flow_share_counts(
     ``qs``: quantiles of ``rw`` already computed, by level.  Returns ``(want, counts)``,
     both aligned with ``tasks``.
     """
-    qs = qs or {}
-    upper = qs.get(quantile)
-    want = confident_nodes(sim, tasks, rw, quantile, slack, upper=upper)
+    qs = dict(qs or {})
+    missing = [q for q in (quantile, drop) if q and q not in qs]
+    if missing:  # one sort of the samples for every level still needed
+        qs.update(zip(missing, rw.quantiles(missing).T))
+    want = confident_nodes(sim, tasks, rw, quantile, slack, upper=qs[quantile])
     last = None
-    if drop:
-        low = qs.get(drop)
-        if low is None:
-            low = rw.quantiles([drop])[:, 0]
+    # Triage only matters when the wants exceed the cluster (want[~hopeless] <= want).
+    if drop and want.sum() >= sim.config.num_nodes:
+        low = qs[drop]
         reach = _nodes_to_finish(sim, tasks, np.where(rw.fallback, np.nan, low), slack=0)
         # nan (fallback or unknown) gives 0 from nodes_needed as well: not hopeless
         hopeless = (reach == 0) & ~rw.fallback & ~np.isnan(low)
@@ -228,14 +229,16 @@ class PredictorFeatures(BaseWrapper):
             left = wl.deadline[tasks] - sim.t
             now = wl.rate[tasks] * sim.nodes_now[tasks] ** wl.alpha[tasks] * left
             cap = wl.rate[tasks] * wl.cap[tasks] ** wl.alpha[tasks] * np.maximum(left - 1, 0)
-            qs = rw.quantiles(QUANTILES)
+            levels = (*QUANTILES, DROP_QUANTILE)
+            all_qs = rw.quantiles(levels)  # one sort for the features and flow_share's levels
+            qs = all_qs[:, : len(QUANTILES)]
             with np.errstate(over="ignore", invalid="ignore"):
                 extra[: len(tasks), :3] = np.log1p(qs / ref[:, None]) / 2.0
             extra[: len(tasks), 3] = rw.prob_within(now)
             extra[: len(tasks), 4] = rw.prob_within(cap)
             extra[: len(tasks), 5] = rw.fallback
             # slots are in deadline order, as flow_share's round-robin
-            known = {q: qs[:, j] for j, q in enumerate(QUANTILES)}
+            known = {q: all_qs[:, j] for j, q in enumerate(levels)}
             need, share = flow_share_counts(sim, tasks, rw, qs=known)
             extra[: len(tasks), 6] = need / wl.cap[tasks]
             extra[: len(tasks), 7] = share / wl.cap[tasks]

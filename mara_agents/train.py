@@ -154,8 +154,11 @@ def collect_demonstrations(
     ``"taken"`` holds the policy's own actions.
     """
     from mara_agents.harness import make_scheduler
+    from mara_agents.numpy_actor import NumpyActor
     from mara_env.schedulers import SchedulerAgent
 
+    # the clone acts one observation at a time, as the harness's agent does
+    actor = None if policy is None else NumpyActor(policy)
     env = make_wrapped_env(exp.env_config())
     # The spec was checked when the experiment was parsed.
     agent = SchedulerAgent(make_scheduler(exp.pretrain.scheduler))
@@ -178,11 +181,8 @@ def collect_demonstrations(
             states.append(o["state"])
             actions.append(a)
             rounds.append(len(rewards) - 1)
-            if policy is not None:
-                with torch.no_grad():
-                    x = torch.from_numpy(o["observation"][None])
-                    m = torch.from_numpy(o["action_mask"][None].astype(np.float32))
-                    a = int(policy.logits(x, m).argmax(-1))
+            if actor is not None:
+                a = int(actor.logits(o["observation"], o["action_mask"]).argmax())
                 taken.append(a)
             env.step(a)
             if name == env.possible_agents[-1]:
