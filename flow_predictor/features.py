@@ -47,24 +47,33 @@ RECENT_DISCOUNT = 0.8  # per-report discount of the slope_recent feature (fixed:
 
 
 def _weighted_slope(x: np.ndarray, y: np.ndarray, wt: np.ndarray) -> np.ndarray:
-    """Row-wise weighted least-squares exponent ``b`` of ``y = c - b x`` (0 if degenerate)."""
-    tot = np.maximum(wt.sum(axis=1, keepdims=True), 1e-12)
-    dx = x - (wt * x).sum(axis=1, keepdims=True) / tot
-    sxx = (wt * dx * dx).sum(axis=1)
-    sxy = (wt * dx * y).sum(axis=1)
+    """Row-wise weighted least-squares exponent ``b`` of ``y = c - b x`` (0 if degenerate).
+
+    ``wt`` may stack several weightings along leading axes (one slope per weighting).
+    """
+    tot = np.maximum(wt.sum(axis=-1, keepdims=True), 1e-12)
+    dx = x - (wt * x).sum(axis=-1, keepdims=True) / tot
+    wdx = wt * dx
+    sxx = (wdx * dx).sum(axis=-1)
+    sxy = (wdx * y).sum(axis=-1)
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.where(sxx > 1e-12, -sxy / sxx, 0.0)
 
 
 def _interp_rows(grid: np.ndarray, u: np.ndarray, v: np.ndarray) -> np.ndarray:
-    """Row-wise ``np.interp(grid, u[i], v[i])`` for non-decreasing rows ``u``."""
+    """Row-wise ``np.interp(grid, u[i], v[..., i, :])`` for non-decreasing rows ``u``.
+
+    ``v`` may stack several curves sharing ``u`` along leading axes; the brackets are
+    found once for all of them.
+    """
     w = u.shape[1]
     if w == 1:
-        return np.repeat(v, len(grid), axis=1)
+        return np.repeat(v, len(grid), axis=-1)
     idx = (u[:, None, :] <= grid[None, :, None]).sum(axis=2) - 1
     j = np.clip(idx, 0, w - 2)
     u0, u1 = np.take_along_axis(u, j, 1), np.take_along_axis(u, j + 1, 1)
-    v0, v1 = np.take_along_axis(v, j, 1), np.take_along_axis(v, j + 1, 1)
+    jj = np.broadcast_to(j, v.shape[:-1] + j.shape[-1:])
+    v0, v1 = np.take_along_axis(v, jj, -1), np.take_along_axis(v, jj + 1, -1)
     with np.errstate(invalid="ignore", divide="ignore"):
         f = np.clip(np.nan_to_num((grid[None, :] - u0) / (u1 - u0)), 0.0, 1.0)
     return v0 + f * (v1 - v0)
@@ -97,14 +106,16 @@ def prefix_features(
     age = w - 1 - np.arange(w)
     g = len(COND_GRID)
     out = np.zeros((t, COND_DIM))
-    out[:, :g] = _interp_rows(COND_GRID, u, cm) - ref[:, None]
-    out[:, g : 2 * g] = _interp_rows(COND_GRID, u, ma) - ref[:, None]
+    curves = _interp_rows(COND_GRID, u, np.stack([cm, ma])) - ref[:, None]
+    out[:, :g], out[:, g : 2 * g] = curves
     vf = valid.astype(np.float64)
     tail = vf * (age < 20)[None, :]
     resid = (y - ma) * tail
     cnt = np.maximum(tail.sum(axis=1), 1.0)
     noise = np.sqrt(np.maximum((resid**2).sum(1) / cnt - (resid.sum(1) / cnt) ** 2, 0.0))
     argmin = np.argmin(np.where(valid, y, np.inf), axis=1)
+    weights = np.stack([vf, vf * RECENT_DISCOUNT ** age[None, :], vf * (u >= -np.log(2.0))])
+    slope_all, slope_recent, slope_last_half = _weighted_slope(x, y, weights)
     out[:, 2 * g :] = np.stack(
         [
             ref / 5.0,
@@ -114,9 +125,9 @@ def prefix_features(
             -u[:, 0] / 4.0,
             -u[:, -2] if w > 1 else np.zeros(t),
             x[:, -1] / np.log(10.0) / 5.0,
-            _weighted_slope(x, y, vf),
-            _weighted_slope(x, y, vf * RECENT_DISCOUNT ** age[None, :]),
-            _weighted_slope(x, y, vf * (u >= -np.log(2.0))),
+            slope_all,
+            slope_recent,
+            slope_last_half,
             noise,
             -u[rows, argmin],
         ],

@@ -14,6 +14,7 @@ The oracle runs the same planner on each task's true remaining work.  See
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -324,6 +325,24 @@ class Optimus(Scheduler):
         return counts
 
 
+class TrueRemaining:
+    """Same interface as :class:`flow_predictor.remaining.PredictionCache`, answering with
+    each task's true remaining work (one sample) once it has ``MIN_REPORTS`` reports;
+    before that the task is a fallback (unknown), exactly as for the flow model."""
+
+    def clear(self) -> None:
+        """Nothing to forget (stateless)."""
+
+    def get(self, sim: ClusterSim, tasks: np.ndarray) -> Any:
+        """Remaining work of ``tasks`` from their current work on."""
+        from flow_predictor.remaining import MIN_REPORTS, RemainingWork
+
+        tasks = np.asarray(tasks, np.int64)
+        fallback = np.array([len(sim.hist_work[k]) < MIN_REPORTS for k in tasks], bool)
+        true = np.where(fallback, np.nan, sim.remaining_true(tasks))
+        return RemainingWork(true[:, None], fallback)
+
+
 class FlowShare(Scheduler):
     """Uniform share, but no task gets more nodes than it confidently needs.
 
@@ -337,7 +356,10 @@ class FlowShare(Scheduler):
     its remaining work says cannot finish on its cap is served last (``drop=0``: never);
     see :func:`flow_predictor.wrapper.flow_share_counts`.
     ``predictor``: ``"flow"`` (the shipped checkpoint, 32 samples, as in the predictor
-    wrapper) or ``"wls"``; ``refresh``: see :class:`flow_predictor.remaining.PredictionCache`.
+    wrapper), ``"wls"``, or ``"oracle"``: each task's true remaining work once it has as
+    many reports as the flow model needs (a reference for how much better predictions
+    could gain: same exploration, same rule); ``refresh``: see
+    :class:`flow_predictor.remaining.PredictionCache`.
     Defaults are the wrapper's, so its ``pred_nodes_needed`` and ``pred_share`` features are
     exactly this want and count.
     """
@@ -360,25 +382,30 @@ class FlowShare(Scheduler):
         if not 0 <= self.drop < 1:
             raise ValueError(f"flow_share: drop={drop!r}; expected a quantile in [0, 1) (0: off)")
         self.refresh = wrapper.REFRESH if refresh is None else float(refresh)
-        if predictor not in ("flow", "wls"):
-            raise ValueError(f"flow_share: predictor={predictor!r}; expected 'flow' or 'wls'")
+        if predictor not in ("flow", "wls", "oracle"):
+            raise ValueError(
+                f"flow_share: predictor={predictor!r}; expected 'flow', 'wls' or 'oracle'"
+            )
         self.predictor = predictor
         self._predictions = None
 
-    def reset(self, sim: ClusterSim, rng: np.random.Generator) -> None:
-        super().reset(sim, rng)
+    def _make_predictions(self) -> Any:
+        if self.predictor == "oracle":
+            return TrueRemaining()
         from flow_predictor.remaining import PredictionCache
 
+        if self.predictor == "flow":
+            from flow_predictor.checkpoint import load_predictor
+
+            return PredictionCache(load_predictor(n_samples=32), self.refresh)
+        from flow_predictor.wls import WLSPredictor
+
+        return PredictionCache(WLSPredictor(), self.refresh)
+
+    def reset(self, sim: ClusterSim, rng: np.random.Generator) -> None:
+        super().reset(sim, rng)
         if self._predictions is None:
-            if self.predictor == "flow":
-                from flow_predictor.checkpoint import load_predictor
-
-                model = load_predictor(n_samples=32)
-            else:
-                from flow_predictor.wls import WLSPredictor
-
-                model = WLSPredictor()
-            self._predictions = PredictionCache(model, self.refresh)
+            self._predictions = self._make_predictions()
         self._predictions.clear()
 
     def allocate(self, sim: ClusterSim) -> np.ndarray:

@@ -47,6 +47,8 @@ METRICS = (
     "ticks",
 )
 COLUMNS = ("scheduler", "load", "episode", "seed", "completion_rate", *METRICS, "base_seed")
+# then, per trace family F of the library: tasks_F, completed_F (ClusterSim.metrics)
+FAMILY_PREFIXES = ("tasks_", "completed_")
 
 
 class SpecError(ValueError):
@@ -240,6 +242,7 @@ def _job_rows(job: Job, config: ClusterConfig, traces: TraceSet) -> list[dict]:
                 "completion_rate": m["completion_rate"],
                 **{k: m[k] for k in METRICS},
                 "base_seed": base,
+                **{k: v for k, v in m.items() if k.startswith(FAMILY_PREFIXES)},
             }
         )
     return rows
@@ -329,7 +332,8 @@ def evaluate(
                 rows += got
                 bar.update(len(job.episodes))
     bar.close()
-    df = pd.DataFrame(rows, columns=list(COLUMNS))
+    extra = [k for k in dict.fromkeys(k for r in rows for k in r) if k not in COLUMNS]
+    df = pd.DataFrame(rows, columns=[*COLUMNS, *extra])
     df["scheduler"] = df["scheduler"].map(dict(zip(specs, names)))
     df = df.sort_values(["load", "episode"], kind="stable")
     order = {s: i for i, s in enumerate(names)}
@@ -385,6 +389,39 @@ def paired_differences(
     return pd.DataFrame(rows)
 
 
+def family_rates(df: pd.DataFrame) -> pd.DataFrame:
+    """Completion rate per scheduler x load x trace family, pooled over episodes
+    (completed / tasks of that family); empty without the ``tasks_<family>`` columns."""
+    families = [c[len("tasks_") :] for c in df.columns if c.startswith("tasks_")]
+    rows = []
+    for (spec, load), g in df.groupby(["scheduler", "load"], sort=False):
+        for fam in families:
+            n = int(g[f"tasks_{fam}"].sum())
+            done = int(g[f"completed_{fam}"].sum())
+            rate = done / n if n else float("nan")
+            rows.append({"scheduler": spec, "load": load, "family": fam, "rate": rate, "tasks": n})
+    return pd.DataFrame(rows, columns=["scheduler", "load", "family", "rate", "tasks"])
+
+
+def family_markdown(df: pd.DataFrame) -> list[str]:
+    """Lines of the per-family table of ``summary.md`` (none when there is one family)."""
+    rates = family_rates(df)
+    families = list(dict.fromkeys(rates["family"]))
+    if len(families) < 2:
+        return []
+    lines = [
+        "",
+        "## Completion rate by trace family (pooled over episodes)",
+        "",
+        "| scheduler | load | " + " | ".join(families) + " |",
+        "|---|---|" + "---|" * len(families),
+    ]
+    for (spec, load), g in rates.groupby(["scheduler", "load"], sort=False):
+        cells = [f"{r:.3f} (n={n})" for r, n in zip(g["rate"], g["tasks"])]
+        lines.append(f"| {spec} | {load:g} | " + " | ".join(cells) + " |")
+    return lines
+
+
 def _fmt(m: float, h: float) -> str:
     return f"{m:.3f} ± {h:.3f}" if np.isfinite(h) else f"{m:.3f}"
 
@@ -423,6 +460,7 @@ def summary_markdown(df: pd.DataFrame) -> str:
                 continue
             cells = [_fmt(d.at[(spec, x), "diff"], d.at[(spec, x), "ci95"]) for x in loads]
             lines.append(f"| {spec} | " + " | ".join(cells) + " |")
+    lines += family_markdown(df)
     lines += ["", "## Other metrics (mean per episode)", ""]
     cols = ("utilisation", "wasted_node_ticks", "reassignments", "expired", "tasks")
     lines += ["| scheduler | load | " + " | ".join(cols) + " |", "|---|---|" + "---|" * len(cols)]

@@ -204,7 +204,11 @@ class ClusterSim:
         return np.maximum(self.workload.work_true[tasks] - self.work[tasks], 0.0)
 
     def metrics(self) -> dict[str, float]:
-        """Per-episode metrics (meaningful once the episode is done)."""
+        """Per-episode metrics (meaningful once the episode is done).
+
+        Besides the totals, ``tasks_<family>`` and ``completed_<family>`` count the tasks of
+        each trace family in the library (0 when an episode has none of that family).
+        """
         n = len(self.status)
         completed = int((self.status == DONE).sum())
         expired = int((self.status == EXPIRED).sum())
@@ -223,7 +227,18 @@ class ClusterSim:
             "expired_node_ticks": expired_ticks,
             "reassignments": s.reassignments,
             "ticks": self.t,
+            **self._family_counts(),
         }
+
+    def _family_counts(self) -> dict[str, int]:
+        families = self.traces.families
+        task_family = families[self.workload.trace]
+        out = {}
+        for fam in sorted(set(families.tolist())):
+            mine = task_family == fam
+            out[f"tasks_{fam}"] = int(mine.sum())
+            out[f"completed_{fam}"] = int((mine & (self.status == DONE)).sum())
+        return out
 
 
 def _recent_slope(work: list[float], loss: list[float], lag: int = 4) -> float:

@@ -165,10 +165,39 @@ def test_flow_share_moves_unneeded_nodes_to_other_tasks(episode_setup) -> None:
 
 
 def test_flow_share_rejects_an_unknown_predictor() -> None:
-    with pytest.raises(ValueError, match="expected 'flow' or 'wls'"):
+    with pytest.raises(ValueError, match="expected 'flow', 'wls' or 'oracle'"):
         FlowShare(predictor="gp")
     with pytest.raises(ValueError, match="drop=1.5"):
         FlowShare(drop=1.5)
+
+
+def test_flow_share_oracle_plans_on_true_work_after_the_same_exploration(episode_setup) -> None:
+    from flow_predictor.remaining import MIN_REPORTS
+    from flow_predictor.wrapper import SAFE_SLACK, _nodes_to_finish, flow_share_counts
+
+    cfg, traces = episode_setup
+    sim = ClusterSim(cfg, traces)
+    sim.reset(np.random.default_rng(4))
+    sched = FlowShare(predictor="oracle")
+    sched.reset(sim, np.random.default_rng(0))
+    seen_known = seen_new = False
+    while not sim.done:
+        order = edf_order(sim)
+        if len(order):
+            rw = sched._predictions.get(sim, order)
+            reports = np.array([len(sim.hist_work[k]) for k in order])
+            np.testing.assert_array_equal(rw.fallback, reports < MIN_REPORTS)
+            known = ~rw.fallback
+            np.testing.assert_array_equal(rw.samples[known, 0], sim.remaining_true(order[known]))
+            # its want is the true work's node count (the cap where none is enough)
+            need = _nodes_to_finish(sim, order, sim.remaining_true(order), SAFE_SLACK)
+            expect = np.where(known & (need > 0), need, sim.workload.cap[order])
+            want, _ = flow_share_counts(sim, order, rw)
+            np.testing.assert_array_equal(want, expect)
+            seen_known |= bool(known.any())
+            seen_new |= bool((~known).any())
+        sim.tick(sched.assign(sim))
+    assert seen_known and seen_new
 
 
 def test_flow_share_serves_hopeless_tasks_last_only_when_overloaded(episode_setup) -> None:

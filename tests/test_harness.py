@@ -12,10 +12,12 @@ from mara_agents.harness import (
     SpecError,
     episode_seed,
     evaluate,
+    family_rates,
     make_scheduler,
     register_agent_factory,
 )
 from mara_env.config import ClusterConfig
+from mara_env.traces import load_traces
 
 
 @pytest.fixture
@@ -27,12 +29,26 @@ def test_results_columns_and_outputs(config, tmp_path) -> None:
     df = evaluate(["lara", "edf"], [1.0, 2.0], 3, [0], config, workers=1, out_dir=tmp_path)
     out = pd.read_csv(tmp_path / "results.csv")
     assert list(out.columns[:5]) == ["scheduler", "load", "episode", "seed", "completion_rate"]
-    assert list(out.columns) == list(COLUMNS)
+    families = sorted(set(load_traces(config.traces, split=config.split).families.tolist()))
+    per_family = [f"{k}_{f}" for f in families for k in ("tasks", "completed")]
+    assert list(out.columns) == [*COLUMNS, *per_family]
     assert len(out) == len(df) == 2 * 2 * 3
+    # the per-family counts add up to the totals
+    for k in ("tasks", "completed"):
+        np.testing.assert_array_equal(out[[f"{k}_{f}" for f in families]].sum(axis=1), out[k])
+    assert out["tasks"].sum() > 0
     for name in ("summary.md", "completion_vs_load.png"):
         assert (tmp_path / name).stat().st_size > 0
     assert any((tmp_path / "tb").iterdir())
-    assert "Paired difference vs lara" in (tmp_path / "summary.md").read_text()
+    summary = (tmp_path / "summary.md").read_text()
+    assert "Paired difference vs lara" in summary
+    if len(families) > 1:
+        rates = family_rates(df).set_index(["scheduler", "load", "family"])
+        g = out[(out.scheduler == "edf") & (out.load == 2.0)]
+        f = families[0]
+        expect = g[f"completed_{f}"].sum() / g[f"tasks_{f}"].sum()
+        assert rates.at[("edf", 2.0, f), "rate"] == pytest.approx(expect)
+        assert "Completion rate by trace family" in summary
 
 
 def test_every_scheduler_sees_the_same_episodes(config) -> None:
