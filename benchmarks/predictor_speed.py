@@ -41,29 +41,60 @@ def predictions_per_second(predictor, batch: int, seconds: float) -> float:
     return done / (time.perf_counter() - t0)
 
 
-def agent_steps_per_second(make, seconds: float) -> float:
-    """AEC agent steps per second with random valid actions."""
-    e = make()
-    rng = np.random.default_rng(0)
-    steps, seed, t0 = 0, 0, time.perf_counter()
-    e.reset(seed=seed)
-    while time.perf_counter() - t0 < seconds:
-        obs, _, term, trunc, _ = e.last()
-        if term or trunc:
-            seed += 1
-            e.reset(seed=seed)
-            continue
-        e.step(int(rng.choice(np.flatnonzero(obs["action_mask"]))))
-        steps += 1
-    return steps / (time.perf_counter() - t0)
+class RandomStepper:
+    """Steps an AEC env with random valid actions, resuming where the last call stopped."""
+
+    def __init__(self, make) -> None:
+        self.env = make()
+        self.rng = np.random.default_rng(0)
+        self.seed = 0
+        self.env.reset(seed=self.seed)
+
+    def rate(self, seconds: float) -> float:
+        """Agent steps per second over the next ``seconds``."""
+        e, steps, t0 = self.env, 0, time.perf_counter()
+        while time.perf_counter() - t0 < seconds:
+            obs, _, term, trunc, _ = e.last()
+            if term or trunc:
+                self.seed += 1
+                e.reset(seed=self.seed)
+                continue
+            e.step(int(self.rng.choice(np.flatnonzero(obs["action_mask"]))))
+            steps += 1
+        return steps / (time.perf_counter() - t0)
+
+
+def interleaved_rates(makers: dict, seconds: float, rounds: int) -> dict[str, list[float]]:
+    """Agent steps per second of each env over ``rounds`` alternating turns of
+    ``seconds / rounds`` each (every env continues its own episodes from turn to turn).
+
+    On a shared machine the speed drifts by tens of percent within a minute; alternating
+    the envs exposes them to the same drift, so per-turn ratios are far steadier than
+    ratios of back-to-back long runs.
+    """
+    steppers = {name: RandomStepper(make) for name, make in makers.items()}
+    rates: dict[str, list[float]] = {name: [] for name in makers}
+    for _ in range(rounds):
+        for name, stepper in steppers.items():
+            rates[name].append(stepper.rate(seconds / rounds))
+    return rates
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--checkpoint", default=None, help="flow checkpoint (default: shipped)")
-    parser.add_argument("--seconds", type=float, default=5.0, help="time per measurement")
+    parser.add_argument(
+        "--seconds", type=float, default=5.0, help="seconds per predictor measurement and per env"
+    )
     parser.add_argument(
         "--slots", type=int, default=16, help="visible task slots (the shipped policy's: 16)"
+    )
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=6,
+        help="alternating turns of env / flow wrapper / wls wrapper (the env speeds are "
+        "medians over the turns; each env runs SECONDS / ROUNDS per turn)",
     )
     args = parser.parse_args()
     torch.set_num_threads(1)
@@ -77,15 +108,27 @@ def main() -> None:
         rate = predictions_per_second(p, 64, args.seconds)
         print(f"{name:>18}: {rate:9.0f} predictions/s (batch 64)")
     kw = {"num_nodes": 16, "num_slots": args.slots}
-    base = agent_steps_per_second(lambda: env(**kw), args.seconds)
-    wrapped = agent_steps_per_second(lambda: PredictorFeatures(env(**kw), flow32), args.seconds)
-    wls = agent_steps_per_second(lambda: PredictorFeatures(env(**kw), WLSPredictor()), args.seconds)
-    print(
-        f"{'env':>18}: {base:9.0f} agent-steps/s "
-        f"(16 nodes, {args.slots} slots, random masked actions)"
+    rates = interleaved_rates(
+        {
+            "env": lambda: env(**kw),
+            "+ flow wrapper": lambda: PredictorFeatures(env(**kw), flow32),
+            "+ wls wrapper": lambda: PredictorFeatures(env(**kw), WLSPredictor()),
+        },
+        args.seconds,
+        args.rounds,
     )
-    print(f"{'+ flow wrapper':>18}: {wrapped:9.0f} agent-steps/s ({wrapped / base:.2f}x)")
-    print(f"{'+ wls wrapper':>18}: {wls:9.0f} agent-steps/s ({wls / base:.2f}x)")
+    base = np.array(rates["env"])
+    print(
+        f"{'env':>18}: {np.median(base):9.0f} agent-steps/s "
+        f"(16 nodes, {args.slots} slots, random masked actions; median of {args.rounds} turns)"
+    )
+    for name in ("+ flow wrapper", "+ wls wrapper"):
+        r = np.array(rates[name])
+        ratio = r / base
+        print(
+            f"{name:>18}: {np.median(r):9.0f} agent-steps/s "
+            f"({np.median(ratio):.2f}x the env; per turn {ratio.min():.2f}-{ratio.max():.2f}x)"
+        )
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ from flow_predictor.remaining import LOSS_FLOOR, MIN_RATIO, pad_prefixes
 
 COND_GRID = np.linspace(-4.0, 0.0, 24)
 FUTURE_RATIOS = np.geomspace(MIN_RATIO, 24.0, 32)
+_LOG_RATIOS = np.log(FUTURE_RATIOS)
 STAT_NAMES = (
     "ref_log_loss",  # lowest log-loss so far / 5
     "last_minus_ref",  # latest raw log-loss above the minimum (noise / plateau)
@@ -180,8 +181,8 @@ def crossing_ratio(traj: np.ndarray, delta: np.ndarray) -> np.ndarray:
     delta = np.broadcast_to(delta, traj.shape[:-1])[..., None]
     below = traj <= delta
     h = np.argmax(below, axis=-1)
-    hit = below.any(axis=-1)
-    lr = np.log(FUTURE_RATIOS)
+    hit = below[..., -1]  # the running minimum is at its lowest at the end
+    lr = _LOG_RATIOS
     hp = np.maximum(h - 1, 0)
     z0 = np.take_along_axis(traj, hp[..., None], -1)[..., 0]
     z1 = np.take_along_axis(traj, h[..., None], -1)[..., 0]

@@ -70,7 +70,7 @@ class FlowFit(FittedPrefixes):
 
     traj: np.ndarray  # (n_tasks, n_samples, TARGET_DIM) relative log-loss; nan rows: fallback
     ref: np.ndarray  # (n_tasks,) lowest log-loss so far
-    wls: WLSFit | None  # fits of the fallback tasks (None when there are none)
+    wls: WLSFit | None  # fits of the fallback tasks only (None when there are none)
     current: np.ndarray
     fallback: np.ndarray
     spread: float = 1.0
@@ -85,8 +85,9 @@ class FlowFit(FittedPrefixes):
             ratio = widen(ratio, self.spread)
         out = ratio * self.current[k][:, None]
         fb = self.fallback[k]
-        if fb.any():
-            out[fb] = self.wls.remaining(eps[fb], k[fb]).samples
+        if fb.any():  # the WLS fit holds the fallback tasks in order
+            row = np.cumsum(self.fallback) - 1
+            out[fb] = self.wls.remaining(eps[fb], row[k[fb]]).samples
         return RemainingWork(samples=out, fallback=fb)
 
 
@@ -141,10 +142,14 @@ class FlowPredictor(RemainingWorkPredictor):
             ls = [np.asarray(losses[i], np.float64) for i in idx]
             traj[idx] = self.trajectories(prefix_features(w, ls))
             ref[idx] = [np.log(max(float(np.min(x)), LOSS_FLOOR)) for x in ls]
+        short = np.flatnonzero(fallback)
+        wls = None
+        if len(short):
+            wls = WLSPredictor().fit([works[i] for i in short], [losses[i] for i in short])
         return FlowFit(
             traj=traj,
             ref=ref,
-            wls=WLSPredictor().fit(works, losses) if fallback.any() else None,
+            wls=wls,
             current=current_work(works),
             fallback=fallback,
             spread=self.spread,
