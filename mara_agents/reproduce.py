@@ -24,6 +24,8 @@ DEFAULT_SPECS = (
     "mara",
     "lara",
     "flow_share",
+    "flow_share:predictor=oracle",  # flow_share on true remaining work: what better
+    # predictions could still gain (an upper reference, like the oracle)
     "uniform",
     "edf",
     "least_slack",
