@@ -473,12 +473,14 @@ def summary_markdown(df: pd.DataFrame) -> str:
 
 # ---- outputs ------------------------------------------------------------------------
 def write_outputs(df: pd.DataFrame, out_dir: str | os.PathLike) -> None:
-    """``results.csv``, ``summary.md``, ``completion_vs_load.png`` and ``tb/`` in ``out_dir``."""
+    """``results.csv``, ``summary.md``, ``completion_vs_load.png``,
+    ``completion_by_family.png`` (with two or more trace families) and ``tb/`` in ``out_dir``."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     df.to_csv(out / "results.csv", index=False)
     (out / "summary.md").write_text(summary_markdown(df))
     plot_completion(df, out / "completion_vs_load.png")
+    plot_families(df, out / "completion_by_family.png")
     write_tensorboard(df, out / "tb")
 
 
@@ -499,6 +501,40 @@ def plot_completion(df: pd.DataFrame, path: str | os.PathLike) -> None:
     ax.set_ylim(0, 1)
     ax.grid(alpha=0.3)
     ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def plot_families(df: pd.DataFrame, path: str | os.PathLike) -> None:
+    """Completion rate per trace family (pooled), one panel per load, one bar per scheduler;
+    nothing is written with fewer than two families."""
+    rates = family_rates(df)
+    families = list(dict.fromkeys(rates["family"]))
+    if len(families) < 2:
+        return
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    specs = list(dict.fromkeys(rates["scheduler"]))
+    loads = sorted(rates["load"].unique())
+    fig, axes = plt.subplots(1, len(loads), figsize=(4 * len(loads), 3.6), sharey=True)
+    axes = np.atleast_1d(axes)
+    width = 0.8 / len(specs)
+    x = np.arange(len(families))
+    table = rates.set_index(["scheduler", "load", "family"])["rate"]
+    for ax, load in zip(axes, loads):
+        for i, spec in enumerate(specs):
+            y = [table.get((spec, load, f), np.nan) for f in families]
+            ax.bar(x + (i - (len(specs) - 1) / 2) * width, y, width, label=spec)
+        ax.set_xticks(x, families)
+        ax.set_title(f"load {load:g}")
+        ax.set_ylim(0, 1)
+        ax.grid(axis="y", alpha=0.3)
+    axes[0].set_ylabel("completion rate (pooled)")
+    axes[-1].legend(fontsize=7, loc="upper right")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

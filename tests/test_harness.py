@@ -49,6 +49,7 @@ def test_results_columns_and_outputs(config, tmp_path) -> None:
         expect = g[f"completed_{f}"].sum() / g[f"tasks_{f}"].sum()
         assert rates.at[("edf", 2.0, f), "rate"] == pytest.approx(expect)
         assert "Completion rate by trace family" in summary
+        assert (tmp_path / "completion_by_family.png").stat().st_size > 0
 
 
 def test_every_scheduler_sees_the_same_episodes(config) -> None:
