@@ -192,7 +192,8 @@ def reproduce(
     )
     _done(t)
     parts.append(
-        "Plots: `schedulers/completion_vs_load.png`, `predictor/predictor_error.png`, "
+        "Plots: `schedulers/completion_vs_load.png`, `schedulers/completion_by_family.png`, "
+        "`predictor/predictor_error.png`, "
         "`episode_gantt.png`; TensorBoard: `tensorboard --logdir "
         f"{out / 'schedulers' / 'tb'}`.\n\nWall time: {time.perf_counter() - started:.0f} s.\n"
     )
