@@ -3,8 +3,10 @@
 A *spec* names what to evaluate:
 
 * ``NAME`` or ``NAME:key=value:key=value``: a scheduler from
-  :data:`mara_agents.baselines.ALL_SCHEDULERS` (constructor keyword arguments after the
-  colons), run on the simulator directly (the fast path);
+  :data:`mara_agents.baselines.ALL_SCHEDULERS` or, for your own, the import path
+  ``package.module.Class`` of a :class:`~mara_env.schedulers.Scheduler` subclass
+  (constructor keyword arguments after the colons), run on the simulator directly (the
+  fast path);
 * ``PREFIX=ARG``: an env-driven agent made by the factory registered for ``PREFIX`` with
   :func:`register_agent_factory` (e.g. ``mara=policy.pt`` once the policy registers
   ``mara``).  The agent has ``reset(env, seed)`` and ``act(env, agent) -> action`` and
@@ -107,7 +109,34 @@ def known_specs() -> list[str]:
     """Scheduler names and agent prefixes (``PREFIX=...``) that specs may use."""
     from mara_agents.baselines import ALL_SCHEDULERS
 
-    return [*ALL_SCHEDULERS, *(f"{p}=..." for p in _AGENT_FACTORIES)]
+    return [
+        *ALL_SCHEDULERS,
+        "package.module.SchedulerClass",
+        *(f"{p}=..." for p in _AGENT_FACTORIES),
+    ]
+
+
+def _scheduler_class(name: str) -> type[Scheduler]:
+    """A built-in scheduler by name, or ``package.module.Class`` imported (your own)."""
+    from mara_agents.baselines import ALL_SCHEDULERS
+
+    if name in ALL_SCHEDULERS:
+        return ALL_SCHEDULERS[name]
+    if "." not in name:
+        raise SpecError(f"unknown scheduler {name!r}; known: {', '.join(known_specs())}")
+    module, _, attr = name.rpartition(".")
+    try:
+        cls = getattr(importlib.import_module(module), attr)
+    except ImportError as exc:
+        raise SpecError(
+            f"scheduler {name!r}: cannot import module {module!r} ({exc}); is its directory "
+            "on PYTHONPATH?"
+        ) from None
+    except AttributeError:
+        raise SpecError(f"scheduler {name!r}: module {module!r} has no {attr!r}") from None
+    if not (isinstance(cls, type) and issubclass(cls, Scheduler)):
+        raise SpecError(f"scheduler {name!r} is not a subclass of mara_env.schedulers.Scheduler")
+    return cls
 
 
 def _parse_value(text: str) -> Any:
@@ -120,12 +149,11 @@ def _parse_value(text: str) -> Any:
 
 
 def make_scheduler(spec: str) -> Scheduler:
-    """Build the scheduler named by ``NAME[:key=value...]``."""
-    from mara_agents.baselines import ALL_SCHEDULERS
-
+    """Build the scheduler named by ``NAME[:key=value...]``; ``NAME`` is a built-in
+    scheduler or the import path ``package.module.Class`` of a :class:`Scheduler`
+    subclass (imported in every worker process)."""
     name, *params = spec.split(":")
-    if name not in ALL_SCHEDULERS:
-        raise SpecError(f"unknown scheduler {name!r}; known: {', '.join(known_specs())}")
+    cls = _scheduler_class(name)
     kwargs = {}
     for p in params:
         key, eq, value = p.partition("=")
@@ -133,7 +161,7 @@ def make_scheduler(spec: str) -> Scheduler:
             raise SpecError(f"scheduler spec {spec!r}: parameter {p!r} is not key=value")
         kwargs[key] = _parse_value(value)
     try:
-        return ALL_SCHEDULERS[name](**kwargs)
+        return cls(**kwargs)
     except (TypeError, ValueError) as exc:
         raise SpecError(f"scheduler spec {spec!r}: {exc}") from None
 

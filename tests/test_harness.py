@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -16,6 +18,7 @@ from mara_agents.harness import (
     make_scheduler,
     register_agent_factory,
 )
+from mara_env.cluster import ClusterSim
 from mara_env.config import ClusterConfig
 from mara_env.traces import load_traces
 
@@ -129,3 +132,41 @@ def test_cli_rejects_unknown_scheduler(command, tmp_path, capsys) -> None:
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert "unknown scheduler 'nope'" in err and "lara" in err and "oracle" in err
+
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+
+def test_own_scheduler_by_import_path(config, monkeypatch, tmp_path, capsys) -> None:
+    monkeypatch.syspath_prepend(str(EXAMPLES))
+    specs = ["my_scheduler.LeastAttained", "my_scheduler.LeastAttained:most=1", "uniform"]
+    df = evaluate(specs, [1.5], 3, [0], config, workers=1, progress=False)
+    assert list(dict.fromkeys(df["scheduler"])) == specs
+    # most=1 really reaches the class: no task ever gets a second node
+    sched = make_scheduler("my_scheduler.LeastAttained:most=1")
+    sim = ClusterSim(config.replace(load=1.5), load_traces(config.traces, split=config.split))
+    sim.reset(np.random.default_rng(0))
+    sched.reset(sim, np.random.default_rng(1))
+    while not sim.done:
+        counts = sched.allocate(sim)
+        assert counts.max(initial=0) <= 1
+        sim.tick(sched.assign(sim))
+    argv = ["evaluate", "--schedulers", "my_scheduler.LeastAttained:most=2,lara"]
+    argv += ["--loads", "1.0", "--episodes", "2", "--workers", "1", "--out", str(tmp_path)]
+    assert main([*argv, "--no-progress"]) == 0
+    assert "my_scheduler.LeastAttained:most=2" in (tmp_path / "summary.md").read_text()
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("no_such_module.Sched", "cannot import module 'no_such_module'"),
+        ("my_scheduler.Missing", "module 'my_scheduler' has no 'Missing'"),
+        ("my_scheduler.np", "not a subclass of mara_env.schedulers.Scheduler"),
+        ("my_scheduler.LeastAttained:most=0", "expected at least 1 node per task"),
+    ],
+)
+def test_own_scheduler_errors_name_the_culprit(monkeypatch, spec, message) -> None:
+    monkeypatch.syspath_prepend(str(EXAMPLES))
+    with pytest.raises(SpecError, match=message):
+        make_scheduler(spec)

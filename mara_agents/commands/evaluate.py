@@ -36,8 +36,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--schedulers",
         default="lara,edf,uniform,least_slack,random,oracle",
-        help="comma-separated specs: NAME[:key=value...] (a scheduler) or PREFIX=ARG "
-        "(an env-driven agent, e.g. mara=POLICY.pt); see docs/baselines.md",
+        help="comma-separated specs: NAME[:key=value...] (a built-in scheduler, or your "
+        "own as package.module.Class, importable from PYTHONPATH) or PREFIX=ARG (an "
+        "env-driven agent, e.g. mara=POLICY.pt); see docs/baselines.md",
     )
     parser.add_argument("--loads", default="1.0,1.5,2.0", help="comma-separated load factors")
     parser.add_argument("--episodes", type=int, default=30, help="episodes per load and seed")
