@@ -367,16 +367,41 @@ def _nested(d: dict[str, Any], path: str) -> float:
     return float(d)
 
 
+def _result_rows(trial_dir: str | Path) -> list[dict[str, Any]]:
+    import json
+
+    lines = (Path(trial_dir) / "result.json").read_text().splitlines()
+    return [json.loads(line) for line in lines if line.strip()]
+
+
+def write_learning_curves_csv(trial_dir: str | Path, path: str | Path) -> Path:
+    """One row per training iteration: ``training_iteration``, ``time_total_s``,
+    ``num_env_steps_sampled_lifetime`` and every simulator metric logged under
+    ``env_runners/mara/`` (empty where no episode ended in that iteration).
+
+    Tune's own ``progress.csv`` fixes its columns at the first iteration, before any episode
+    has ended, so it never holds these metrics; this file does.
+    """
+    import pandas as pd
+
+    rows = []
+    for r in _result_rows(trial_dir):
+        row = {k: r.get(k) for k in ("training_iteration", "time_total_s")}
+        row["num_env_steps_sampled_lifetime"] = _nested(r, "num_env_steps_sampled_lifetime")
+        mara = r.get("env_runners", {}).get("mara", {})
+        row.update({k: float(v) for k, v in mara.items() if np.isscalar(v)})
+        rows.append(row)
+    pd.DataFrame(rows).to_csv(path, index=False)
+    return Path(path)
+
+
 def learning_curves(trial_dir: str | Path) -> dict[str, np.ndarray]:
     """``num_env_steps_sampled_lifetime`` and :data:`CURVES` per iteration of a trial.
 
     Read from ``result.json`` (Tune's CSV fixes its columns at the first iteration, before
     any episode has ended, so the episode metrics are missing there).
     """
-    import json
-
-    lines = (Path(trial_dir) / "result.json").read_text().splitlines()
-    rows = [json.loads(line) for line in lines if line.strip()]
+    rows = _result_rows(trial_dir)
     keys = ("num_env_steps_sampled_lifetime", *(c for c, _ in CURVES))
     return {k: np.array([_nested(r, k) for r in rows]) for k in keys}
 

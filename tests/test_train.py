@@ -60,6 +60,16 @@ def test_smoke_trains_logs_and_exports(tmp_path: Path) -> None:
     assert any(t.startswith("ray/tune/learners/shared/") for t in tags)  # RLlib's own
     policy = load_policy(export_checkpoint(result.checkpoint.path, tmp_path / "p.pt"))
     assert policy.meta["env"]["num_nodes"] == exp.env.num_nodes
+    # learning_curves.csv holds the simulator metrics that Tune's progress.csv lacks
+    import pandas as pd
+
+    from mara_agents.train import write_learning_curves_csv
+
+    curves = pd.read_csv(write_learning_curves_csv(result.path, tmp_path / "curves.csv"))
+    assert list(curves["training_iteration"]) == [1]
+    mara = result.metrics["env_runners"]["mara"]
+    assert curves["completion_rate"].iloc[0] == mara["completion_rate"]
+    assert {"shaped_return", "reassignments", "num_env_steps_sampled_lifetime"} <= set(curves)
 
 
 def _iterations(trial_dir: Path) -> list[int]:

@@ -62,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
         path = pretrain(exp, out, log=print, resume=args.resume)
         print(f"wrote {path}; export: mara export {path} --experiment {args.experiment} --out P.pt")
         return 0
-    from mara_agents.train import plot_learning_curves, train
+    from mara_agents.train import plot_learning_curves, train, write_learning_curves_csv
 
     grid = train(
         exp,
@@ -81,5 +81,6 @@ def run(args: argparse.Namespace) -> int:
         print(f"last checkpoint: {best.checkpoint.path}")
     if (Path(best.path) / "result.json").is_file():
         png = plot_learning_curves(best.path, Path(best.path) / "learning_curves.png")
-        print(f"learning curves: {png}")
+        csv = write_learning_curves_csv(best.path, Path(best.path) / "learning_curves.csv")
+        print(f"learning curves: {png}, {csv}")
     return 1 if errors else 0
