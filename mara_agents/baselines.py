@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from flow_predictor.remaining import MIN_REPORTS, RemainingWork
 from flow_predictor.wls import fit_power_law
 from mara_env.cluster import ClusterSim
 from mara_env.schedulers import (
@@ -333,10 +334,8 @@ class TrueRemaining:
     def clear(self) -> None:
         """Nothing to forget (stateless)."""
 
-    def get(self, sim: ClusterSim, tasks: np.ndarray) -> Any:
+    def get(self, sim: ClusterSim, tasks: np.ndarray) -> RemainingWork:
         """Remaining work of ``tasks`` from their current work on."""
-        from flow_predictor.remaining import MIN_REPORTS, RemainingWork
-
         tasks = np.asarray(tasks, np.int64)
         fallback = np.array([len(sim.hist_work[k]) < MIN_REPORTS for k in tasks], bool)
         true = np.where(fallback, np.nan, sim.remaining_true(tasks))
