@@ -431,6 +431,33 @@ def family_rates(df: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["scheduler", "load", "family", "rate", "tasks"])
 
 
+def family_paired_differences(df: pd.DataFrame, reference: str) -> pd.DataFrame:
+    """Per scheduler x load x family: pooled completion rate minus ``reference``'s on the
+    same episodes (the same tasks), with a 95% t-interval over episodes for this ratio
+    estimate (linearised: episode e contributes ``(d_e - diff * n_e) / mean(n)``, where
+    ``d_e`` is the difference in completed tasks of the family and ``n_e`` their number)."""
+    families = [c[len("tasks_") :] for c in df.columns if c.startswith("tasks_")]
+    key = ["load", "base_seed", "episode"]
+    ref = df[df["scheduler"] == reference].set_index(key)
+    rows = []
+    for (spec, load), g in df.groupby(["scheduler", "load"], sort=False):
+        if spec == reference:
+            continue
+        g = g.set_index(key)
+        for fam in families:
+            n = g[f"tasks_{fam}"].to_numpy(np.float64)
+            d = (g[f"completed_{fam}"] - ref.loc[g.index, f"completed_{fam}"]).to_numpy(float)
+            if n.sum() == 0:
+                diff, half = float("nan"), float("nan")
+            else:
+                diff = d.sum() / n.sum()
+                _, half = mean_ci(diff + (d - diff * n) / n.mean())
+            rows.append(
+                {"scheduler": spec, "load": load, "family": fam, "diff": diff, "ci95": half}
+            )
+    return pd.DataFrame(rows, columns=["scheduler", "load", "family", "diff", "ci95"])
+
+
 def family_markdown(df: pd.DataFrame) -> list[str]:
     """Lines of the per-family table of ``summary.md`` (none when there is one family)."""
     rates = family_rates(df)
@@ -446,6 +473,20 @@ def family_markdown(df: pd.DataFrame) -> list[str]:
     ]
     for (spec, load), g in rates.groupby(["scheduler", "load"], sort=False):
         cells = [f"{r:.3f} (n={n})" for r, n in zip(g["rate"], g["tasks"])]
+        lines.append(f"| {spec} | {load:g} | " + " | ".join(cells) + " |")
+    specs = list(dict.fromkeys(df["scheduler"]))
+    if REFERENCE not in specs or len(specs) < 2:
+        return lines
+    lines += [
+        "",
+        f"### Paired difference by trace family vs {REFERENCE} (same tasks; 95% t-interval)",
+        "",
+        "| scheduler | load | " + " | ".join(families) + " |",
+        "|---|---|" + "---|" * len(families),
+    ]
+    diffs = family_paired_differences(df, REFERENCE)
+    for (spec, load), g in diffs.groupby(["scheduler", "load"], sort=False):
+        cells = [_fmt(m, h) for m, h in zip(g["diff"], g["ci95"])]
         lines.append(f"| {spec} | {load:g} | " + " | ".join(cells) + " |")
     return lines
 

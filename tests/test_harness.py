@@ -14,6 +14,7 @@ from mara_agents.harness import (
     SpecError,
     episode_seed,
     evaluate,
+    family_paired_differences,
     family_rates,
     make_scheduler,
     register_agent_factory,
@@ -52,6 +53,12 @@ def test_results_columns_and_outputs(config, tmp_path) -> None:
         expect = g[f"completed_{f}"].sum() / g[f"tasks_{f}"].sum()
         assert rates.at[("edf", 2.0, f), "rate"] == pytest.approx(expect)
         assert "Completion rate by trace family" in summary
+        assert "Paired difference by trace family vs lara" in summary
+        diffs = family_paired_differences(df, "lara").set_index(["scheduler", "load", "family"])
+        lara_rate = rates.at[("lara", 2.0, f), "rate"]
+        d = diffs.loc[("edf", 2.0, f)]
+        assert d["diff"] == pytest.approx(expect - lara_rate)
+        assert np.isfinite(d["ci95"]) and d["ci95"] >= 0
         assert (tmp_path / "completion_by_family.png").stat().st_size > 0
 
 
