@@ -96,6 +96,13 @@ def main() -> None:
         help="alternating turns of env / flow wrapper / wls wrapper (the env speeds are "
         "medians over the turns; each env runs SECONDS / ROUNDS per turn)",
     )
+    parser.add_argument(
+        "--cheaper",
+        action="store_true",
+        help="also time the flow wrapper with cheaper settings than the shipped ones: 16 "
+        "samples, 2 Euler steps, re-predicting after 25%% more reports (their accuracy "
+        "cost on validation is in docs/predictor.md)",
+    )
     args = parser.parse_args()
     torch.set_num_threads(1)
     flow64 = load_predictor(args.checkpoint)
@@ -108,21 +115,26 @@ def main() -> None:
         rate = predictions_per_second(p, 64, args.seconds)
         print(f"{name:>18}: {rate:9.0f} predictions/s (batch 64)")
     kw = {"num_nodes": 16, "num_slots": args.slots}
-    rates = interleaved_rates(
-        {
-            "env": lambda: env(**kw),
-            "+ flow wrapper": lambda: PredictorFeatures(env(**kw), flow32),
-            "+ wls wrapper": lambda: PredictorFeatures(env(**kw), WLSPredictor()),
-        },
-        args.seconds,
-        args.rounds,
-    )
+    makers = {
+        "env": lambda: env(**kw),
+        "+ flow wrapper": lambda: PredictorFeatures(env(**kw), flow32),
+        "+ wls wrapper": lambda: PredictorFeatures(env(**kw), WLSPredictor()),
+    }
+    if args.cheaper:
+        flow16 = load_predictor(args.checkpoint, n_samples=16)
+        euler2 = load_predictor(args.checkpoint, n_samples=32, steps=2)
+        makers |= {
+            "flow, 16 samples": lambda: PredictorFeatures(env(**kw), flow16),
+            "flow, 2 steps": lambda: PredictorFeatures(env(**kw), euler2),
+            "flow, refresh 0.25": lambda: PredictorFeatures(env(**kw), flow32, refresh=0.25),
+        }
+    rates = interleaved_rates(makers, args.seconds, args.rounds)
     base = np.array(rates["env"])
     print(
         f"{'env':>18}: {np.median(base):9.0f} agent-steps/s "
         f"(16 nodes, {args.slots} slots, random masked actions; median of {args.rounds} turns)"
     )
-    for name in ("+ flow wrapper", "+ wls wrapper"):
+    for name in list(makers)[1:]:
         r = np.array(rates[name])
         ratio = r / base
         print(
