@@ -30,13 +30,18 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """Option defaults in the help; the command's description (its module docstring, with
+    examples) keeps its own line breaks."""
+
+
 def _add_command(sub: argparse._SubParsersAction, name: str, module: str, help_: str) -> None:
     mod = importlib.import_module(module)
     p = sub.add_parser(
         name,
         help=help_,
         description=(mod.__doc__ or help_).strip(),
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=HelpFormatter,
     )
     p.set_defaults(_run=getattr(mod, "run", None))
     mod.add_arguments(p)

@@ -1,12 +1,14 @@
 """Evaluate schedulers (and learned policies) on the same episodes at several loads.
 
-Writes OUT/results.csv (one row per scheduler x load x episode), OUT/summary.md
-(mean ± 95% CI per scheduler and load, paired differences vs LARA),
-OUT/completion_vs_load.png and TensorBoard scalars under OUT/tb.
+Writes OUT/results.csv (one row per scheduler x load x episode, with tasks and
+completions per trace family), OUT/summary.md (mean ± 95% CI per scheduler and load,
+paired differences vs LARA, both also per trace family), OUT/completion_vs_load.png,
+OUT/completion_by_family.png and TensorBoard scalars under OUT/tb.
 
 Example:
   mara evaluate --schedulers lara,edf,uniform,random,oracle --loads 1.0,1.5,2.0 \\
       --episodes 30 --split test --out runs/eval
+  PYTHONPATH=examples mara evaluate --schedulers my_scheduler.LeastAttained,lara --out runs/mine
 """
 
 from __future__ import annotations
