@@ -30,6 +30,7 @@ from gymnasium import spaces
 from pettingzoo import AECEnv
 from pettingzoo.utils import BaseWrapper
 
+from flow_predictor.features import nan_clip
 from flow_predictor.remaining import PredictionCache, RemainingWork, RemainingWorkPredictor
 from mara_env.env import NODE_FEATURES, SLOT_FEATURES
 from mara_env.schedulers import fair_share, nodes_needed, warm_nodes
@@ -243,5 +244,5 @@ class PredictorFeatures(BaseWrapper):
             extra[: len(tasks), 6] = need / wl.cap[tasks]
             extra[: len(tasks), 7] = share / wl.cap[tasks]
         # Unknown (nan) predictions read as 0 with the fallback flag set; "never" as the limit.
-        self._extra = np.clip(np.nan_to_num(extra, nan=0.0, posinf=LIMIT), -LIMIT, LIMIT)
+        self._extra = nan_clip(extra, -LIMIT, LIMIT)
         return self._extra
