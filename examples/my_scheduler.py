@@ -42,9 +42,8 @@ class LeastAttained(Scheduler):
         counts = np.zeros(len(sim.status), np.int64)
         left = sim.config.num_nodes
         act = sim.active()
-        caps = sim.workload.cap
+        most = sim.workload.cap if self.most is None else np.minimum(sim.workload.cap, self.most)
         for k in act[np.argsort(sim.work[act], kind="stable")]:
-            give = min(int(caps[k]) if self.most is None else min(int(caps[k]), self.most), left)
-            counts[k] = give
-            left -= give
+            counts[k] = min(int(most[k]), left)
+            left -= counts[k]
         return counts

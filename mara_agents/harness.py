@@ -417,10 +417,16 @@ def paired_differences(
     return pd.DataFrame(rows)
 
 
+def _families(df: pd.DataFrame) -> list[str]:
+    """Trace families with ``tasks_<family>`` columns in ``df``, in column order."""
+    prefix = FAMILY_PREFIXES[0]
+    return [c[len(prefix) :] for c in df.columns if c.startswith(prefix)]
+
+
 def family_rates(df: pd.DataFrame) -> pd.DataFrame:
     """Completion rate per scheduler x load x trace family, pooled over episodes
     (completed / tasks of that family); empty without the ``tasks_<family>`` columns."""
-    families = [c[len("tasks_") :] for c in df.columns if c.startswith("tasks_")]
+    families = _families(df)
     rows = []
     for (spec, load), g in df.groupby(["scheduler", "load"], sort=False):
         for fam in families:
@@ -436,7 +442,7 @@ def family_paired_differences(df: pd.DataFrame, reference: str) -> pd.DataFrame:
     same episodes (the same tasks), with a 95% t-interval over episodes for this ratio
     estimate (linearised: episode e contributes ``(d_e - diff * n_e) / mean(n)``, where
     ``d_e`` is the difference in completed tasks of the family and ``n_e`` their number)."""
-    families = [c[len("tasks_") :] for c in df.columns if c.startswith("tasks_")]
+    families = _families(df)
     key = ["load", "base_seed", "episode"]
     ref = df[df["scheduler"] == reference].set_index(key)
     rows = []
