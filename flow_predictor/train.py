@@ -46,7 +46,7 @@ class TrainConfig:
     traces: str | None = None  # trace library (None: the shipped one)
     split: str = "train"
     val_split: str = "val"
-    out: str = "flow_predictor/checkpoints/flow_v1.pt"
+    out: str = "runs/predictor/flow.pt"  # never inside the package (read-only once installed)
     epochs: int = 30
     batch_size: int = 256
     lr: float = 2e-3

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from mara_env.traces import SPLITS
@@ -43,7 +43,6 @@ class ClusterConfig:
     shaping: float = 1.0
     max_cycles: int | None = None
     strict: bool = False
-    extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:
         def bad(name: str, expected: str) -> ConfigError:
@@ -83,7 +82,7 @@ class ClusterConfig:
     @classmethod
     def from_dict(cls, values: dict[str, Any], where: str = "env config") -> ClusterConfig:
         """Build from a plain dict (YAML), rejecting unknown keys by name."""
-        allowed = [f.name for f in dataclasses.fields(cls) if f.name != "extra"]
+        allowed = [f.name for f in dataclasses.fields(cls)]
         unknown = sorted(set(values) - set(allowed))
         if unknown:
             raise ConfigError(f"{where}: unknown key(s) {unknown}; allowed keys: {allowed}")

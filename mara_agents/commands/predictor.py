@@ -15,8 +15,6 @@ import sys
 import time
 from pathlib import Path
 
-DEFAULT_OUT = "flow_predictor/checkpoints/flow_v1.pt"
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Sub-commands ``train`` and ``evaluate``."""
@@ -29,7 +27,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     t.add_argument("--traces", default=None, help="trace library file (default: the shipped one)")
     t.add_argument("--split", default=d.split, help="split to train on")
     t.add_argument("--val-split", default=d.val_split, help="split for model selection")
-    t.add_argument("--out", default=DEFAULT_OUT, help="checkpoint to write (best epoch)")
+    t.add_argument("--out", default=d.out, help="checkpoint to write (best epoch)")
     t.add_argument("--epochs", type=int, default=d.epochs, help="training epochs")
     t.add_argument("--batch-size", type=int, default=d.batch_size, help="minibatch size")
     t.add_argument("--lr", type=float, default=d.lr, help="peak learning rate (cosine decay)")
