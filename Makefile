@@ -1,5 +1,5 @@
 # Two front doors: `make run` (the main job) and `make test` (the test suite).
-# Both create ./.venv and install what they need first (CPU-only torch, pinned).
+# Both create ./.venv and install everything first (all extras; CPU-only torch, pinned).
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-0.1
@@ -10,7 +10,7 @@ $(STAMP): setup.cfg pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e ".[test]"
+	$(PY) -m pip install -q -e ".[all,test]"
 	touch $(STAMP)
 
 install: $(STAMP)
