@@ -14,7 +14,7 @@ import time
 import numpy as np
 from pettingzoo.classic import connect_four_v3
 
-from mara_env.env import env as mara_env_fn
+from mara_env.cluster_env import env as mara_env_fn
 
 
 def drive(env, steps: int, seed: int = 0) -> float:

@@ -25,7 +25,7 @@ from mara_env.config import ClusterConfig
 def policy_forward(config: ClusterConfig, seed: int = 0) -> None:
     """Per-observation forward time of the shipped policy: numpy actor vs torch network."""
     from mara_agents.export import MaraAgent
-    from mara_env.env import raw_env
+    from mara_env.cluster_env import raw_env
 
     agent = MaraAgent()
     env = raw_env(config=dataclasses.replace(config, num_slots=agent.num_slots))

@@ -18,7 +18,7 @@ import torch
 from flow_predictor.checkpoint import load_predictor
 from flow_predictor.wls import WLSPredictor
 from flow_predictor.wrapper import PredictorFeatures
-from mara_env.env import env
+from mara_env.cluster_env import env
 from mara_env.traces import load_traces
 
 

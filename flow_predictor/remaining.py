@@ -26,9 +26,10 @@ from typing import Any
 
 import numpy as np
 
+from mara_env.traces import LOSS_FLOOR  # one floor for simulator and predictors
+
 MIN_REPORTS = 3
 MIN_RATIO = 0.01
-LOSS_FLOOR = 1e-4  # same floor as mara_env.traces: losses are compared as log(max(L, floor))
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,7 @@ from pettingzoo.utils import BaseWrapper
 
 from flow_predictor.features import nan_clip
 from flow_predictor.remaining import PredictionCache, RemainingWork, RemainingWorkPredictor
-from mara_env.env import NODE_FEATURES, SLOT_FEATURES
+from mara_env.cluster_env import NODE_FEATURES, SLOT_FEATURES
 from mara_env.schedulers import fair_share, nodes_needed, warm_nodes
 
 PREDICTOR_FEATURES = (

@@ -35,7 +35,7 @@ from mara_agents.rl_module import (
     model_config_from,
 )
 from mara_agents.rllib_env import wrap
-from mara_env.env import QUEUE_FEATURES
+from mara_env.cluster_env import QUEUE_FEATURES
 
 FORMAT = "mara-policy"
 # 2: the env's slot rows gained nodes_pending and the wrapper's pred_share (v1 files, whose

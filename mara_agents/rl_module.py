@@ -24,7 +24,7 @@ from ray.rllib.core.rl_module.apis.value_function_api import ValueFunctionAPI
 from ray.rllib.core.rl_module.torch import TorchRLModule
 from torch import nn
 
-from mara_env.env import NODE_FEATURES, QUEUE_FEATURES, SLOT_FEATURES
+from mara_env.cluster_env import NODE_FEATURES, QUEUE_FEATURES, SLOT_FEATURES
 
 SHARED_MODULE_ID = "shared"
 # Very negative but finite: exp() underflows to exactly 0 and 0 * logit stays 0 (no NaN).

@@ -14,7 +14,7 @@ from ray.rllib.env.wrappers.pettingzoo_env import PettingZooEnv
 from ray.tune.registry import register_env
 
 from mara_env import ENV_ID, ClusterConfig, ConfigError
-from mara_env.env import env as make_aec_env
+from mara_env.cluster_env import env as make_aec_env
 
 WRAPPERS = ("none", "flow", "wls")
 

@@ -9,8 +9,8 @@ from flow_predictor.wls import fit_power_law
 from flow_predictor.wrapper import confident_nodes
 from mara_agents.baselines import ALL_SCHEDULERS, FlowShare, plan_allocation, ticks_needed
 from mara_env.cluster import ClusterSim
+from mara_env.cluster_env import _cached_traces
 from mara_env.config import ClusterConfig
-from mara_env.env import _cached_traces
 from mara_env.schedulers import SCHEDULERS, Uniform, edf_order, nodes_needed, run_episode
 
 

@@ -12,7 +12,7 @@ from pettingzoo.test import api_test, max_cycles_test, parallel_api_test, seed_t
 from pettingzoo.test.seed_test import parallel_seed_test
 
 import mara_env
-from mara_env.env import InvalidActionError, env, parallel_env, raw_env
+from mara_env.cluster_env import InvalidActionError, env, parallel_env, raw_env
 from tests.conftest import SMALL
 
 
@@ -89,7 +89,7 @@ def test_masked_action_counts_as_idle_and_is_reported():
 def test_nodes_pending_counts_the_task_nodes_still_to_choose():
     """Slot feature nodes_pending * cap = nodes that served the slot's task in the last
     tick and have not acted yet in this round (the acting node included)."""
-    from mara_env.env import SLOT_FEATURES
+    from mara_env.cluster_env import SLOT_FEATURES
 
     e = raw_env(**{**SMALL, "num_slots": 8})
     e.reset(seed=1)
@@ -195,7 +195,7 @@ def test_mara_env_imports_neither_torch_nor_ray():
     import sys
 
     code = (
-        "import sys, mara_env, mara_env.schedulers, mara_env.env; "
+        "import sys, mara_env, mara_env.schedulers, mara_env.cluster_env; "
         "bad = [m for m in ('torch', 'ray') if m in sys.modules]; "
         "assert not bad, bad"
     )

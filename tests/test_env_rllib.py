@@ -6,7 +6,7 @@ import numpy as np
 from ray.rllib.env.wrappers.pettingzoo_env import ParallelPettingZooEnv, PettingZooEnv
 from ray.rllib.utils.pre_checks.env import check_multiagent_environments
 
-from mara_env.env import env, parallel_env
+from mara_env.cluster_env import env, parallel_env
 from tests.conftest import SMALL
 
 

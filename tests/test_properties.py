@@ -7,7 +7,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mara_env.cluster import ACTIVE, DONE, EXPIRED
-from mara_env.env import parallel_env, raw_env
+from mara_env.cluster_env import parallel_env, raw_env
 from tests.conftest import SMALL
 
 configs = st.fixed_dictionaries(

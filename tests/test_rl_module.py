@@ -13,7 +13,7 @@ from ray.rllib.core.columns import Columns
 from flow_predictor.wrapper import PREDICTOR_FEATURES
 from mara_agents.export import MaraAgent, export_checkpoint, load_policy
 from mara_agents.rl_module import MaraNet, MaraRLModule, ModelConfig, ModelError, ObsLayout
-from mara_env.env import SLOT_FEATURES
+from mara_env.cluster_env import SLOT_FEATURES
 
 K, NODE, SLOT = 5, 8, len(SLOT_FEATURES)
 CHOSEN = SLOT_FEATURES.index("nodes_chosen")

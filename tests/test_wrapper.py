@@ -12,7 +12,7 @@ from pettingzoo.test import api_test, seed_test
 from flow_predictor.checkpoint import load_predictor
 from flow_predictor.wls import WLSPredictor
 from flow_predictor.wrapper import PREDICTOR_FEATURES, PredictorFeatures, confident_nodes
-from mara_env.env import SLOT_FEATURES, env
+from mara_env.cluster_env import SLOT_FEATURES, env
 
 torch.set_num_threads(1)
 SMALL = {"num_nodes": 4, "num_slots": 3, "horizon": 20}
