@@ -25,16 +25,18 @@ from ray.rllib.callbacks.callbacks import RLlibCallback
 from ray.rllib.core.rl_module.multi_rl_module import MultiRLModuleSpec
 from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 
-from mara_agents.experiment import Experiment
-from mara_agents.rl_module import (
-    MASKED_LOGIT,
-    SHARED_MODULE_ID,
-    MaraNet,
-    MaraRLModule,
-    ObsLayout,
-    model_config_from,
+from mara_agents.experiment import (
+    RECORD,
+    Experiment,
+    check_inputs,
+    check_out,
+    check_unchanged,
+    write_record,
 )
+from mara_agents.network import MASKED_LOGIT, MaraNet, ObsLayout, model_config_from
+from mara_agents.rl_module import SHARED_MODULE_ID, MaraRLModule
 from mara_agents.rllib_env import make_wrapped_env, register
+from mara_env.config import ConfigError
 
 # Episode metrics (from the simulator) logged per episode, averaged per iteration.
 EPISODE_METRICS = (
@@ -60,6 +62,8 @@ TRAINING_DEFAULTS: dict[str, Any] = {
     "grad_clip": 1.0,
 }
 ENV_RUNNER_DEFAULTS: dict[str, Any] = {"num_env_runners": 1, "num_envs_per_env_runner": 4}
+# What the warm start depends on: a change to any of these makes its saved stages stale.
+PRETRAIN_SECTIONS = ("seed", "env", "wrapper", "wrapper_options", "model", "pretrain")
 
 
 def policy_mapping_fn(agent_id: str, episode: Any = None, **kwargs: Any) -> str:
@@ -153,8 +157,8 @@ def collect_demonstrations(
     the policy acts greedily, the teacher only labels the states the policy reaches, and
     ``"taken"`` holds the policy's own actions.
     """
-    from mara_agents.harness import make_scheduler
     from mara_agents.numpy_actor import NumpyActor
+    from mara_agents.registry import make_scheduler
     from mara_env.schedulers import SchedulerAgent
 
     # the clone acts one observation at a time, as the harness's agent does
@@ -249,10 +253,17 @@ def pretrain(exp: Experiment, out: Path, log: Any = None, resume: bool = False) 
     ``dagger_rounds`` DAgger rounds (``<out>_dagger<r>.pt``): the clone drives
     ``dagger_episodes`` episodes, the teacher labels them, and the net is refit on all
     data so far.  With ``resume`` a finished stage's file is loaded instead of refitting
-    (its demonstrations are collected again: they are deterministic given the seeds).
+    (its demonstrations are collected again: they are deterministic given the seeds), once
+    the experiment is found unchanged since those stages ran (``<out>.yaml`` records it).
     """
     log = log or functools.partial(print, flush=True)
     cfg = exp.pretrain
+    out = check_out(Path(out).parent) / Path(out).name
+    check_inputs(exp)
+    record = out.with_suffix(".yaml")
+    if resume:
+        check_unchanged(exp, record)
+    write_record(exp, record, sections=PRETRAIN_SECTIONS)
     t0 = time.time()
     data = collect_demonstrations(exp, cfg.episodes, seed=10_000 + exp.seed)
     log(
@@ -309,29 +320,34 @@ def train(
     num_env_runners: int | None = None,
     verbose: int = 1,
 ) -> tune.ResultGrid:
-    """Run (or with ``resume`` continue) the experiment under ``out/<name>``."""
-    out = Path(out).resolve()
+    """Run (or with ``resume`` continue) the experiment under ``out/<name>``.
+
+    Its inputs, ``out`` and (with ``resume``) the recorded experiment are checked before
+    Ray starts; a bad one raises :class:`~mara_env.config.ConfigError`.
+    """
+    out = check_out(out)
     exp_dir = out / exp.name
+    check_inputs(exp)
+    if resume:
+        if not tune.Tuner.can_restore(str(exp_dir)):
+            raise ConfigError(f"resume: nothing to resume in {exp_dir} (no Tune run there)")
+        check_unchanged(exp, exp_dir / RECORD)
+    if num_env_runners is not None and num_env_runners < 0:
+        raise ConfigError(f"num_env_runners={num_env_runners}: expected an integer >= 0")
     weights = None
     if exp.pretrain.init_weights:
-        init = Path(exp.pretrain.init_weights)
-        if not init.is_file():
-            raise FileNotFoundError(
-                f"pretrain.init_weights={str(init)!r}: no such file (expected a MaraNet state "
-                "dict such as runs/mara_pretrain_bc.pt from `mara train ... --pretrain-only`)"
-            )
-        weights = str(init.resolve())  # absolute: Tune runs the trial in its own directory
+        # absolute: Tune runs the trial in its own directory
+        weights = str(Path(exp.pretrain.init_weights).resolve())
+    if exp.pretrain.episodes > 0 and not resume:
+        weights = pretrain(exp, exp_dir.with_name(exp.name + "_pretrain.pt"))
     if not ray.is_initialized():
         # "local": never attach to some other Ray instance running on this machine
         ray.init(address=address or "local", include_dashboard=False, log_to_driver=verbose > 1)
     register()
     if resume:
-        if not tune.Tuner.can_restore(str(exp_dir)):
-            raise FileNotFoundError(f"nothing to resume in {exp_dir}")
         tuner = tune.Tuner.restore(str(exp_dir), trainable="PPO", resume_errored=True)
         return tuner.fit()
-    if exp.pretrain.episodes > 0:
-        weights = pretrain(exp, exp_dir.with_name(exp.name + "_pretrain.pt"))
+    write_record(exp, exp_dir / RECORD)
     config = build_config(exp, num_env_runners, init_weights=weights)
     ck = exp.checkpoint
     tuner = tune.Tuner(

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from mara_agents.experiment import load_experiment, parse_experiment
+from mara_agents.experiment import Experiment, load_experiment, parse_experiment
 from mara_env.config import ConfigError
 
 EXPERIMENTS = sorted((Path(__file__).parents[1] / "experiments").glob("mara*.yaml"))
@@ -98,13 +98,192 @@ def test_rllib_overrides_reach_the_ppo_config(tmp_path: Path) -> None:
 
 
 def test_init_weights_is_one_warm_start_and_must_exist(tmp_path: Path) -> None:
+    import ray
+
     from mara_agents.train import train
 
     both = {"pretrain": {"init_weights": "w.pt", "episodes": 2, "scheduler": "uniform"}}
     with pytest.raises(ConfigError, match="init_weights and episodes > 0 both set"):
         parse_experiment({**MINIMAL, **both})
     exp = parse_experiment({**MINIMAL, "pretrain": {"init_weights": str(tmp_path / "no.pt")}})
-    with pytest.raises(FileNotFoundError, match="no.pt.*no such file"):
-        train(exp, out=tmp_path)  # before Ray starts
+    with pytest.raises(ConfigError, match="no.pt.*no such file"):
+        train(exp, out=tmp_path / "runs")
+    assert not ray.is_initialized() and not (tmp_path / "runs").exists()
     finetune = Path(__file__).parents[1] / "experiments" / "mara_finetune.yaml"
     assert load_experiment(finetune).pretrain.init_weights
+
+
+# ---- base files ------------------------------------------------------------------------------
+def load(name: str) -> Experiment:
+    return load_experiment(Path(__file__).parents[1] / "experiments" / f"{name}.yaml")
+
+
+def test_ablation_files_hold_only_their_difference_from_mara() -> None:
+    """Each file with ``base: mara.yaml`` is mara.yaml with exactly the changes it lists."""
+    import dataclasses
+
+    from mara_agents.experiment import PretrainConfig
+
+    mara = load("mara")
+
+    def changed(**kw: object) -> object:
+        return dataclasses.replace(mara, **kw, path=None)
+
+    assert dataclasses.replace(load("mara_no_shaping"), path=None) == changed(
+        name="mara_no_shaping", env=mara.env.replace(shaping=0.0)
+    )
+    assert dataclasses.replace(load("mara_independent"), path=None) == changed(
+        name="mara_independent", model={**mara.model, "independent": True}
+    )
+    assert dataclasses.replace(load("mara_no_flow"), path=None) == changed(
+        name="mara_no_flow",
+        wrapper="wls",
+        wrapper_options={},
+        pretrain=dataclasses.replace(mara.pretrain, scheduler="flow_share:predictor=wls"),
+    )
+    training = {**mara.rllib["training"], "lr": 1e-5, "entropy_coeff": 0.0, "clip_param": 0.1}
+    assert dataclasses.replace(load("mara_finetune"), path=None) == changed(
+        name="mara_finetune",
+        pretrain=PretrainConfig(init_weights="runs/mara_pretrain_bc.pt"),
+        stop={"time_total_s": 1200},
+        rllib={**mara.rllib, "training": training},
+    )
+    for name in ("mara_no_shaping", "mara_independent", "mara_no_flow", "mara_finetune"):
+        text = (Path(__file__).parents[1] / "experiments" / f"{name}.yaml").read_text()
+        assert "base: mara.yaml" in text and len(text.splitlines()) < 30
+
+
+def write(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
+
+
+def test_base_chains_merge_and_replace(tmp_path: Path) -> None:
+    write(tmp_path / "a.yaml", yaml.safe_dump({**MINIMAL, "model": {"hidden": 16, "heads": 2}}))
+    (tmp_path / "sub").mkdir()
+    write(tmp_path / "sub" / "b.yaml", "base: ../a.yaml\nname: b\nmodel: {heads: 4}\n")
+    c = write(
+        tmp_path / "sub" / "c.yaml",
+        "base: b.yaml\nname: c\nenv: {load: 1.5}\nwrapper_options: null\n",
+    )
+    exp = load_experiment(c)
+    assert exp.name == "c"
+    assert exp.env.num_nodes == 4 and exp.env.num_slots == 3 and exp.env.load == 1.5
+    assert exp.model["hidden"] == 16 and exp.model["heads"] == 4  # merged, not replaced
+    d = write(tmp_path / "sub" / "d.yaml", "base: c.yaml\nname: d\nmodel: !replace {heads: 1}\n")
+    assert load_experiment(d).model["hidden"] == 64  # the default, not a's 16
+
+
+def test_base_errors_name_the_file_and_key(tmp_path: Path) -> None:
+    write(tmp_path / "a.yaml", "base: b.yaml\nname: a\n")
+    write(tmp_path / "b.yaml", "base: a.yaml\n")
+    with pytest.raises(ConfigError, match="base cycle a.yaml -> b.yaml -> a.yaml"):
+        load_experiment(tmp_path / "a.yaml")
+    write(tmp_path / "self.yaml", "base: self.yaml\n")
+    with pytest.raises(ConfigError, match="base cycle"):
+        load_experiment(tmp_path / "self.yaml")
+    write(tmp_path / "orphan.yaml", "base: gone.yaml\nname: o\n")
+    with pytest.raises(ConfigError, match="orphan.yaml: base='gone.yaml': no such file"):
+        load_experiment(tmp_path / "orphan.yaml")
+    # a bad key is reported in the file that holds it, with its key path
+    write(tmp_path / "base.yaml", yaml.safe_dump({**MINIMAL, "model": {"hiden": 8}}))
+    write(tmp_path / "child.yaml", "base: base.yaml\nname: child\n")
+    with pytest.raises(ConfigError, match=r"base.yaml: model: unknown key\(s\) \['hiden'\]"):
+        load_experiment(tmp_path / "child.yaml")
+    write(tmp_path / "base.yaml", yaml.safe_dump(MINIMAL))
+    write(tmp_path / "child.yaml", "base: base.yaml\nrllib: {training: {lr: fast}}\n")
+    with pytest.raises(ConfigError, match="child.yaml: rllib.training.lr='fast': expected"):
+        load_experiment(tmp_path / "child.yaml")
+    with pytest.raises(ConfigError, match="unknown key.*'base'"):
+        parse_experiment({**MINIMAL, "base": "x.yaml"})  # only files have bases
+
+
+# ---- every value checked at the door -------------------------------------------------------
+@pytest.mark.parametrize(
+    ("change", "words"),
+    [
+        ({"model": {"hidden": "sixteen"}}, ["model.hidden='sixteen'", "positive integer"]),
+        ({"model": {"hidden": 30, "heads": 4}}, ["model.heads=4", "divisor", "hidden=30"]),
+        ({"model": {"value_scale": 0}}, ["model.value_scale=0", "positive number"]),
+        ({"model": {"independent": "yes"}}, ["model.independent='yes'", "true or false"]),
+        ({"rllib": {"training": {"num_epochs": -3}}}, ["rllib.training.num_epochs=-3"]),
+        ({"rllib": {"training": {"lambda_": 1.5}}}, ["lambda_=1.5", "[0, 1]"]),
+        ({"rllib": {"training": {"use_gae": "no"}}}, ["use_gae='no'", "true or false"]),
+        ({"rllib": {"env_runners": {"num_env_runners": -1}}}, ["num_env_runners=-1", ">= 0"]),
+        ({"rllib": {"env_runners": {"rollout_fragment_length": "x"}}}, ["'auto'"]),
+        ({"env": {"num_nodes": 4, "reassign_cost": "no"}}, ["env.reassign_cost='no'"]),
+        ({"env": {"num_nodes": 4, "families": "tabular"}}, ["env.families='tabular'", "list"]),
+        ({"env": {"num_nodes": 4, "load": "1.0"}}, ["env.load='1.0'", "a number"]),
+        ({"env": {"num_nodes": -4}}, ["env", "num_nodes=-4", "positive integer"]),
+        ({"env": {"traces": 3}}, ["env.traces=3", "a string or null"]),
+        ({"pretrain": {"episodes": -3}}, ["pretrain.episodes=-3", "integer >= 0"]),
+        ({"pretrain": {"lr": "1e-3"}}, ["pretrain.lr='1e-3'", "positive number"]),
+        ({"checkpoint": {"keep": 0}}, ["checkpoint.keep=0", "positive integer"]),
+        ({"stop": {"training_iteration": -1}}, ["stop.training_iteration=-1", "positive"]),
+        ({"stop": {}}, ["stop={}", "non-empty mapping"]),
+        ({"seed": 1.5}, ["seed=1.5", "integer >= 0"]),
+        ({"seed": -1}, ["seed=-1"]),
+        ({"wrapper": "wls", "wrapper_options": {"n_samples": 32}}, ["n_samples", "ridge"]),
+        ({"wrapper": "flow", "wrapper_options": {"n_samples": "32"}}, ["n_samples='32'"]),
+        ({"wrapper_options": {"n_samples": 32}}, ["wrapper_options (none)", "n_samples"]),
+        ({"name": ".."}, ["name='..'", "run name"]),
+        ({"name": "/abs"}, ["name='/abs'"]),
+        ({"name": "a/b"}, ["name='a/b'"]),
+        ({"name": "a\\b"}, ["run name"]),
+        ({"name": ""}, ["name=''"]),
+        ({"name": 7}, ["name=7"]),
+    ],
+)
+def test_every_value_is_checked(change: dict, words: list[str]) -> None:
+    with pytest.raises(ConfigError) as err:
+        parse_experiment({**MINIMAL, **change}, where="exp.yaml")
+    msg = str(err.value)
+    assert msg.startswith("exp.yaml: ") and "\n" not in msg
+    for w in words:
+        assert w in msg
+
+
+def test_unreadable_files_are_named(tmp_path: Path) -> None:
+    rand = tmp_path / "rand.yaml"
+    rand.write_bytes(bytes(range(128, 256)) * 4)
+    with pytest.raises(ConfigError, match="rand.yaml: not a text file"):
+        load_experiment(rand)
+    listed = write(tmp_path / "list.yaml", "- a\n- b\n")
+    with pytest.raises(ConfigError, match="list.yaml: expected a mapping"):
+        load_experiment(listed)
+
+
+def test_out_and_input_files_are_checked(tmp_path: Path) -> None:
+    from mara_agents.experiment import check_inputs, check_out
+
+    file = write(tmp_path / "f", "")
+    for out in (file, file / "sub"):
+        with pytest.raises(ConfigError, match="is a file; expected a directory"):
+            check_out(out)
+    assert check_out(tmp_path / "new" / "runs") == tmp_path / "new" / "runs"
+    assert not (tmp_path / "new").exists()
+    exp = parse_experiment({**MINIMAL, "env": {**MINIMAL["env"], "traces": "/no/t.parquet"}})
+    with pytest.raises(ConfigError, match=r"env.traces='/no/t.parquet'.*no such trace file"):
+        check_inputs(exp)
+
+
+def test_resume_refuses_a_changed_experiment(tmp_path: Path) -> None:
+    import dataclasses
+
+    from mara_agents.experiment import check_unchanged, write_record
+
+    exp = parse_experiment({**MINIMAL, "stop": {"training_iteration": 3}})
+    record = tmp_path / "run" / "experiment.yaml"
+    write_record(exp, record)
+    check_unchanged(exp, record)  # same experiment: fine
+    longer = dataclasses.replace(exp, stop={"training_iteration": 5}, seed=2)
+    with pytest.raises(ConfigError) as err:
+        check_unchanged(longer, record)
+    msg = str(err.value)
+    assert "stop.training_iteration: 3 -> 5" in msg and "seed: 0 -> 2" in msg
+    assert "\n" not in msg
+    # a record of some sections ignores the others (the warm start ignores stop)
+    write_record(exp, record, sections=("seed", "env"))
+    check_unchanged(dataclasses.replace(exp, stop={"training_iteration": 5}), record)
+    with pytest.raises(ConfigError, match="env.load: 1.0 -> 1.5"):
+        check_unchanged(dataclasses.replace(exp, env=exp.env.replace(load=1.5)), record)

@@ -49,29 +49,34 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         exp = load_experiment(args.experiment)
+        if args.pretrain_only:
+            from mara_agents.train import pretrain
+
+            if exp.pretrain.episodes <= 0:
+                raise ConfigError(
+                    f"{args.experiment}: --pretrain-only: expected pretrain.episodes > 0 "
+                    f"(got {exp.pretrain.episodes})"
+                )
+            out = Path(args.out) / f"{exp.name}_pretrain.pt"
+            path = pretrain(exp, out, log=print, resume=args.resume)
+            print(
+                f"wrote {path}; export: mara export {path} --experiment {args.experiment} "
+                "--out P.pt"
+            )
+            return 0
+        from mara_agents.train import plot_learning_curves, train, write_learning_curves_csv
+
+        grid = train(
+            exp,
+            out=args.out,
+            resume=args.resume,
+            address=args.address,
+            num_env_runners=args.num_env_runners,
+            verbose=args.verbose,
+        )
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    if args.pretrain_only:
-        from mara_agents.train import pretrain
-
-        if exp.pretrain.episodes <= 0:
-            print(f"error: {args.experiment} has no pretrain section", file=sys.stderr)
-            return 2
-        out = Path(args.out) / f"{exp.name}_pretrain.pt"
-        path = pretrain(exp, out, log=print, resume=args.resume)
-        print(f"wrote {path}; export: mara export {path} --experiment {args.experiment} --out P.pt")
-        return 0
-    from mara_agents.train import plot_learning_curves, train, write_learning_curves_csv
-
-    grid = train(
-        exp,
-        out=args.out,
-        resume=args.resume,
-        address=args.address,
-        num_env_runners=args.num_env_runners,
-        verbose=args.verbose,
-    )
     errors = [r.error for r in grid if r.error]
     for err in errors:
         print(f"error: {err}", file=sys.stderr)
