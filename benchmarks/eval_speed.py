@@ -2,7 +2,7 @@
 
 How to run:   python benchmarks/eval_speed.py [--episodes 20] [--workers 1]
                   [--specs lara,edf,flow_share,mara] [--traces FILE]
-Runs ``mara_agents.harness.evaluate`` without writing outputs and prints episodes/s per
+Runs ``mara_agents.runner.evaluate`` without writing outputs and prints episodes/s per
 spec (schedulers use the simulator fast path; ``mara`` acts node by node through the env
 and the flow wrapper).  Then times the shipped policy's forward pass for one observation,
 as the harness calls it (numpy actor) and through the torch network, on the observations
@@ -18,13 +18,13 @@ import time
 import numpy as np
 import torch
 
-from mara_agents.harness import evaluate
+from mara_agents.runner import evaluate
 from mara_env.config import ClusterConfig
 
 
 def policy_forward(config: ClusterConfig, seed: int = 0) -> None:
     """Per-observation forward time of the shipped policy: numpy actor vs torch network."""
-    from mara_agents.export import MaraAgent
+    from mara_agents.policy import MaraAgent
     from mara_env.cluster_env import raw_env
 
     agent = MaraAgent()

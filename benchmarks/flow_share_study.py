@@ -22,7 +22,8 @@ import numpy as np
 import pandas as pd
 
 from mara_agents.baselines import LARA
-from mara_agents.harness import episode_seed, make_scheduler
+from mara_agents.registry import make_scheduler
+from mara_agents.runner import episode_seed
 from mara_env.cluster import ClusterSim
 from mara_env.config import ClusterConfig
 from mara_env.schedulers import Scheduler, run_episode

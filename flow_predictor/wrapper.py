@@ -32,7 +32,9 @@ from pettingzoo.utils import BaseWrapper
 
 from flow_predictor.features import nan_clip
 from flow_predictor.remaining import PredictionCache, RemainingWork, RemainingWorkPredictor
+from flow_predictor.wls import WLSPredictor
 from mara_env.cluster_env import NODE_FEATURES, SLOT_FEATURES
+from mara_env.config import ConfigError
 from mara_env.schedulers import fair_share, nodes_needed, warm_nodes
 
 PREDICTOR_FEATURES = (
@@ -246,3 +248,22 @@ class PredictorFeatures(BaseWrapper):
         # Unknown (nan) predictions read as 0 with the fallback flag set; "never" as the limit.
         self._extra = nan_clip(extra, -LIMIT, LIMIT)
         return self._extra
+
+
+# Predictor features an env (and a policy trained on it) may observe: none, the shipped
+# flow model, or LARA's WLS fit (the no-flow ablation; same layout as flow).
+WRAPPERS = ("none", "flow", "wls")
+
+
+def wrap(env: AECEnv, wrapper: str, options: dict[str, Any] | None = None) -> AECEnv:
+    """``env`` with predictor features per slot: ``flow`` (shipped model), ``wls``, or ``none``."""
+    if wrapper not in WRAPPERS:
+        raise ConfigError(f"wrapper={wrapper!r}: expected one of {list(WRAPPERS)}")
+    if wrapper == "none":
+        return env
+    if wrapper == "flow":
+        # Imported here: the flow model (torch) is only needed when asked for.
+        from flow_predictor.checkpoint import load_predictor
+
+        return PredictorFeatures(env, load_predictor(**(options or {})))
+    return PredictorFeatures(env, WLSPredictor(**(options or {})))

@@ -1,4 +1,4 @@
-"""The actor of a :class:`~mara_agents.rl_module.MaraNet` in numpy, for acting one node at a time.
+"""The actor of a :class:`~mara_agents.network.MaraNet` in numpy, for acting one node at a time.
 
 The harness asks the policy for one node's action at a time (each node sees the choices
 made before it in the round), so every call is a batch of one.  Torch spends most of
@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from mara_agents.rl_module import MASKED_LOGIT, MaraNet
+from mara_agents.network import MASKED_LOGIT, MaraNet
 
 
 def _np(t: torch.Tensor) -> np.ndarray:

@@ -109,7 +109,8 @@ def gantt(config: ClusterConfig, seed: int, specs: Sequence[str], path: Path) ->
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from mara_agents.harness import resolve, run_spec
+    from mara_agents.registry import resolve
+    from mara_agents.runner import run_spec
 
     traces = load_traces(config.traces, split=config.split)
     runs = [(name, run_spec(resolve(name), config, traces, seed, record=True)) for name in specs]
@@ -142,7 +143,8 @@ def reproduce(
     skip_predictor: bool = False,
 ) -> str:
     """Run the whole evaluation; returns the summary markdown (also in out/summary.md)."""
-    from mara_agents.harness import evaluate, summary_markdown
+    from mara_agents.report import summary_markdown
+    from mara_agents.runner import evaluate
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -181,7 +183,7 @@ def reproduce(
     parts.append("## Task-completion rate (test split)\n\n" + sched_md)
     _done(t)
     t = _step("example episode allocation (Gantt chart)")
-    from mara_agents.harness import episode_seed
+    from mara_agents.runner import episode_seed
 
     shown = [s for s in ("mara", "lara") if s in specs] or list(specs[:2])
     gantt(

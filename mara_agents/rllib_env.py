@@ -1,8 +1,8 @@
 """The MARA environment for RLlib: env creator and registration under ``mara/ComputeCluster-v0``.
 
 ``mara_env`` stays free of ray; this module adapts its AEC env (optionally wrapped by the
-flow-predictor observation wrapper) to RLlib's ``MultiAgentEnv`` through
-:class:`ray.rllib.env.wrappers.pettingzoo_env.PettingZooEnv`.
+predictor observation wrapper, :func:`flow_predictor.wrapper.wrap`) to RLlib's
+``MultiAgentEnv`` through :class:`ray.rllib.env.wrappers.pettingzoo_env.PettingZooEnv`.
 """
 
 from __future__ import annotations
@@ -13,28 +13,9 @@ from pettingzoo import AECEnv
 from ray.rllib.env.wrappers.pettingzoo_env import PettingZooEnv
 from ray.tune.registry import register_env
 
-from mara_env import ENV_ID, ClusterConfig, ConfigError
+from flow_predictor.wrapper import wrap
+from mara_env import ENV_ID, ClusterConfig
 from mara_env.cluster_env import env as make_aec_env
-
-WRAPPERS = ("none", "flow", "wls")
-
-
-def wrap(env: AECEnv, wrapper: str, options: dict[str, Any] | None = None) -> AECEnv:
-    """``env`` with predictor features per slot: ``flow`` (shipped model), ``wls``, or ``none``."""
-    if wrapper not in WRAPPERS:
-        raise ConfigError(f"wrapper={wrapper!r}: expected one of {list(WRAPPERS)}")
-    if wrapper == "none":
-        return env
-    # Imported here: the predictors (torch) are only needed when asked for.
-    from flow_predictor.wrapper import PredictorFeatures
-
-    if wrapper == "flow":
-        from flow_predictor.checkpoint import load_predictor
-
-        return PredictorFeatures(env, load_predictor(**(options or {})))
-    from flow_predictor.wls import WLSPredictor
-
-    return PredictorFeatures(env, WLSPredictor(**(options or {})))
 
 
 def make_wrapped_env(env_config: dict[str, Any]) -> AECEnv:

@@ -7,7 +7,7 @@ import pytest
 ray = pytest.importorskip("ray")
 from ray.cluster_utils import Cluster  # noqa: E402
 
-from mara_agents.harness import evaluate  # noqa: E402
+from mara_agents.runner import evaluate  # noqa: E402
 from mara_env.config import ClusterConfig  # noqa: E402
 from tests.conftest import SMALL  # noqa: E402
 

@@ -1,4 +1,5 @@
-"""Evaluation harness: common random numbers, determinism, outputs, specs and the CLI."""
+"""Evaluation harness (registry, runner, stats, report): common random numbers, determinism,
+outputs, specs and the CLI."""
 
 from __future__ import annotations
 
@@ -9,16 +10,9 @@ import pandas as pd
 import pytest
 
 from mara_agents.cli import main
-from mara_agents.harness import (
-    COLUMNS,
-    SpecError,
-    episode_seed,
-    evaluate,
-    family_paired_differences,
-    family_rates,
-    make_scheduler,
-    register_agent_factory,
-)
+from mara_agents.registry import SpecError, make_scheduler, register_agent_factory
+from mara_agents.runner import episode_seed, evaluate
+from mara_agents.stats import COLUMNS, family_paired_differences, family_rates
 from mara_env.cluster import ClusterSim
 from mara_env.config import ClusterConfig
 from mara_env.traces import load_traces
@@ -177,3 +171,33 @@ def test_own_scheduler_errors_name_the_culprit(monkeypatch, spec, message) -> No
     monkeypatch.syspath_prepend(str(EXAMPLES))
     with pytest.raises(SpecError, match=message):
         make_scheduler(spec)
+
+
+class CountingAgent(IdleAgent):
+    """Idles and counts the episodes it was reset for."""
+
+    resets = 0
+
+    def reset(self, env, seed: int) -> None:
+        CountingAgent.resets += 1
+
+
+def test_bad_policy_spec_fails_before_any_episode(config, tmp_path, capsys) -> None:
+    register_agent_factory("count", lambda arg: CountingAgent())
+    (tmp_path / "empty.pt").write_bytes(b"")
+    cases = {
+        "mara=/missing.pt": "mara=/missing.pt: policy file '/missing.pt' does not exist",
+        f"mara={tmp_path / 'empty.pt'}": "empty.pt: policy file is empty",
+        "env=nope": "unknown scheduler 'nope'",
+    }
+    for spec, message in cases.items():
+        with pytest.raises(SpecError, match=message):
+            specs = ["count=x", "lara", spec]
+            evaluate(
+                specs, [1.0], 2, [0], config, workers=1, progress=False, out_dir=tmp_path / "o"
+            )
+    assert CountingAgent.resets == 0 and not (tmp_path / "o").exists()
+    argv = ["evaluate", "--schedulers", "lara,mara=/missing.pt", "--episodes", "1"]
+    assert main([*argv, "--no-progress", "--out", str(tmp_path / "cli")]) == 2
+    assert "policy file '/missing.pt' does not exist" in capsys.readouterr().err
+    assert not (tmp_path / "cli" / "results.csv").exists()

@@ -1,4 +1,4 @@
-"""The policy network: masks respected, slot permutations respected, export round trip."""
+"""The RLlib module: masks and critic through RLlib's API, export round trips, warm starts."""
 
 from __future__ import annotations
 
@@ -11,12 +11,11 @@ from gymnasium import spaces
 from ray.rllib.core.columns import Columns
 
 from flow_predictor.wrapper import PREDICTOR_FEATURES
-from mara_agents.export import MaraAgent, export_checkpoint, load_policy
-from mara_agents.rl_module import MaraNet, MaraRLModule, ModelConfig, ModelError, ObsLayout
-from mara_env.cluster_env import SLOT_FEATURES
-
-K, NODE, SLOT = 5, 8, len(SLOT_FEATURES)
-CHOSEN = SLOT_FEATURES.index("nodes_chosen")
+from mara_agents.export import export_checkpoint
+from mara_agents.network import MaraNet, ModelConfig, ObsLayout
+from mara_agents.policy import MaraAgent, load_policy
+from mara_agents.rl_module import MaraRLModule
+from tests.test_network import NODE, SLOT, K, random_batch
 
 
 def obs_space(slot_dim: int = SLOT, k: int = K) -> spaces.Dict:
@@ -28,20 +27,6 @@ def obs_space(slot_dim: int = SLOT, k: int = K) -> spaces.Dict:
             "state": spaces.Box(-10, 10, (d + 4,), np.float32),
         }
     )
-
-
-def random_batch(
-    n: int, seed: int = 0, slot_dim: int = SLOT, k: int = K
-) -> dict[str, torch.Tensor]:
-    g = torch.Generator().manual_seed(seed)
-    d = NODE + k * slot_dim
-    obs = torch.randn(n, d, generator=g) * 3
-    slots = obs[:, NODE:].view(n, k, slot_dim)
-    slots[..., 0] = (torch.rand(n, k, generator=g) < 0.7).float()  # occupied
-    mask = (torch.rand(n, k + 1, generator=g) < 0.4).to(torch.int8)
-    mask[:, -1] = 1  # idle is always valid
-    state = torch.cat([obs, torch.randn(n, 4, generator=g)], -1)
-    return {"observation": obs, "action_mask": mask, "state": state}
 
 
 def make_module(slot_dim: int = SLOT, **model: object) -> MaraRLModule:
@@ -70,39 +55,6 @@ def test_never_picks_a_masked_action(slot_dim: int) -> None:
         assert (dist.logp(torch.full((512,), K)) > -50).all()  # idle stays possible
 
 
-def test_work_conserving_idles_only_when_no_slot_is_valid() -> None:
-    net = make_module(work_conserving=True).net
-    batch = random_batch(512, seed=5)
-    actions = net.logits(batch["observation"], batch["action_mask"]).argmax(-1)
-    any_slot = batch["action_mask"][:, :-1].bool().any(-1)
-    assert ((actions == K) == ~any_slot).all()
-
-
-def test_slot_permutation_permutes_the_logits() -> None:
-    net = make_module().net
-    batch = random_batch(64, seed=1)
-    perm = torch.tensor([3, 0, 4, 1, 2])
-    obs = batch["observation"]
-    slots = obs[:, NODE:].view(64, K, SLOT)
-    pobs = torch.cat([obs[:, :NODE], slots[:, perm].reshape(64, -1)], -1)
-    pmask = torch.cat([batch["action_mask"][:, perm], batch["action_mask"][:, -1:]], -1)
-    a = net.logits(obs, batch["action_mask"])
-    b = net.logits(pobs, pmask)
-    torch.testing.assert_close(b[:, :-1], a[:, perm], atol=1e-4, rtol=1e-4)
-    torch.testing.assert_close(b[:, -1], a[:, -1], atol=1e-4, rtol=1e-4)
-
-
-def test_independent_ignores_earlier_choices_and_default_uses_them() -> None:
-    batch = random_batch(32, seed=2)
-    changed = batch["observation"].clone()
-    changed[:, NODE:].view(32, K, SLOT)[..., CHOSEN] += 0.5
-    for independent in (True, False):
-        net = make_module(independent=independent).net
-        a = net.logits(batch["observation"], batch["action_mask"])
-        b = net.logits(changed, batch["action_mask"])
-        assert torch.allclose(a, b) == independent
-
-
 def test_centralized_critic_reads_state() -> None:
     module = make_module()
     batch = random_batch(16, seed=3)
@@ -110,14 +62,6 @@ def test_centralized_critic_reads_state() -> None:
     assert v.shape == (16,)
     batch["state"][:, -4:] += 1.0  # queue features are only in the state
     assert not torch.allclose(v, module.compute_values({Columns.OBS: batch}))
-
-
-def test_layout_errors_are_clear() -> None:
-    with pytest.raises(ModelError, match="does not split"):
-        ObsLayout.infer(8 + 5 * SLOT + 3, 8 + 5 * SLOT + 7, 6)
-    layout = ObsLayout.infer(8 + 5 * 18, 8 + 5 * 18 + 4, 6)
-    assert (layout.slot_dim, layout.num_slots) == (18, 5)
-    assert isinstance(MaraNet(layout, ModelConfig()), torch.nn.Module)
 
 
 def test_export_round_trip_matches_the_module(tmp_path: Path) -> None:
@@ -137,29 +81,6 @@ def test_export_round_trip_matches_the_module(tmp_path: Path) -> None:
     assert sampled == [policy.act(one, greedy=False) for _ in range(50)]
     assert all(one["action_mask"][a] for a in sampled)
     assert isinstance(MaraAgent(policy), MaraAgent)
-
-
-def test_load_policy_rejects_other_files(tmp_path: Path) -> None:
-    torch.save({"weights": 1}, tmp_path / "x.pt")
-    with pytest.raises(ValueError, match="not a MARA policy"):
-        load_policy(tmp_path / "x.pt")
-    with pytest.raises(FileNotFoundError):
-        load_policy(tmp_path / "missing.pt")
-
-
-def test_old_policy_files_and_wrong_observations_are_named(tmp_path: Path) -> None:
-    module = make_module()
-    module.save_to_path(tmp_path / "ckpt")
-    path = export_checkpoint(tmp_path / "ckpt", tmp_path / "policy.pt")
-    data = torch.load(path, weights_only=False)
-    torch.save({**data, "version": 1}, tmp_path / "v1.pt")
-    with pytest.raises(ValueError, match="version 1; expected 2.*nodes_pending"):
-        load_policy(tmp_path / "v1.pt")
-    policy = load_policy(path)
-    batch = random_batch(1, seed=4, k=K + 1)  # one slot more than the policy was built for
-    obs = {k: v[0].numpy() for k, v in batch.items()}
-    with pytest.raises(ValueError, match=f"expects .*build the env with num_slots={K}"):
-        policy.act(obs)
 
 
 @pytest.mark.parametrize("wrapper", ["none", "wls"])
@@ -261,23 +182,3 @@ def test_pretrain_with_dagger_writes_stages_and_resumes(tmp_path: Path) -> None:
     assert driven["action"].shape == driven["return"].shape
     assert set(np.unique(driven["action"])) <= set(range(4))
     assert len(teacher["action"]) == len(driven["action"])  # same episode length (all rounds)
-
-
-@pytest.mark.parametrize("independent", [False, True])
-def test_numpy_actor_matches_the_torch_network(independent: bool) -> None:
-    """The policy file's numpy actor (used for acting) computes net.logits."""
-    from mara_agents.numpy_actor import NumpyActor
-
-    layout = ObsLayout(node_dim=NODE, slot_dim=SLOT + 3, num_slots=K, state_extra=4)
-    config = ModelConfig(
-        hidden=32, heads=4, attention_layers=2, independent=independent, work_conserving=independent
-    )
-    net = MaraNet(layout, config).eval()
-    batch = random_batch(64, slot_dim=SLOT + 3, seed=3)
-    with torch.no_grad():
-        expected = net.logits(batch["observation"], batch["action_mask"]).numpy()
-    actor = NumpyActor(net)
-    obs, mask = batch["observation"].numpy(), batch["action_mask"].numpy()
-    got = np.stack([actor.logits(o, m) for o, m in zip(obs, mask)])
-    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
-    assert (got.argmax(1) == expected.argmax(1)).all()

@@ -43,7 +43,8 @@ def scalar_tags(trial_dir: Path) -> set[str]:
 def test_smoke_trains_logs_and_exports(tmp_path: Path) -> None:
     import ray
 
-    from mara_agents.export import export_checkpoint, load_policy
+    from mara_agents.export import export_checkpoint
+    from mara_agents.policy import load_policy
     from mara_agents.train import train
 
     exp = load_experiment(smoke_yaml(tmp_path))

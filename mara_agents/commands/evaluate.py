@@ -61,7 +61,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from mara_agents.harness import SpecError, evaluate, summary_markdown
+    from mara_agents.registry import SpecError
+    from mara_agents.report import summary_markdown
+    from mara_agents.runner import evaluate
     from mara_env.config import ClusterConfig, ConfigError
     from mara_env.traces import TraceError
 

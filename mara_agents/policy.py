@@ -1,0 +1,277 @@
+"""The policy runtime: policy files, loading them, and acting with them (torch, no ray).
+
+A policy file is ``torch.save`` of a plain dict (loaded with ``weights_only=True``)::
+
+    {"format": "mara-policy", "version": 2,
+     "layout": {...ObsLayout...}, "model": {...ModelConfig...},
+     "env": {...ClusterConfig the policy was trained on...},
+     "wrapper": "none" | "flow" | "wls", "wrapper_options": {...},
+     "state_dict": {...MaraNet weights...}, "source": "<where it came from>",
+     "predictor_sha256": "<flow checkpoint digest>" | None}
+
+:func:`load_policy` checks a file and rebuilds :class:`~mara_agents.network.MaraNet` from
+it (every defect is a :class:`PolicyFileError` naming the file); :class:`MaraPolicy` acts
+on one observation dict; :class:`MaraAgent` drives the PettingZoo env for the evaluation
+harness (``reset(env, seed)`` / ``act(env, agent)``).  :mod:`mara_agents.export` writes
+policy files from training checkpoints.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import warnings
+from dataclasses import asdict, fields
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from flow_predictor.wrapper import PREDICTOR_FEATURES, WRAPPERS, wrap
+from mara_agents.network import MaraNet, ModelConfig, ObsLayout
+from mara_agents.numpy_actor import NumpyActor
+from mara_env.cluster_env import NODE_FEATURES, QUEUE_FEATURES, SLOT_FEATURES
+
+FORMAT = "mara-policy"
+# 2: the env's slot rows gained nodes_pending and the wrapper's pred_share (v1 files, whose
+# observations lack them, cannot run in the current env).
+VERSION = 2
+SHIPPED_POLICY = Path(__file__).parent / "policies" / "mara_v3.pt"
+REQUIRED_KEYS = ("layout", "model", "wrapper", "state_dict")
+
+
+class PolicyFileError(ValueError):
+    """A file is not a usable MARA policy; the message names the file and what was expected."""
+
+
+def save_policy(
+    net: MaraNet, out: str | Path, env_config: dict[str, Any], source: str = ""
+) -> Path:
+    """Write ``net`` as a policy file; ``env_config`` as given to the RLlib env creator."""
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    data = {
+        "format": FORMAT,
+        "version": VERSION,
+        "layout": asdict(net.layout),
+        "model": asdict(net.config),
+        "env": env_config.get("cluster", {}),
+        "wrapper": env_config.get("wrapper", "none"),
+        "wrapper_options": env_config.get("wrapper_options", {}),
+        "state_dict": net.state_dict(),
+        "source": source,
+        "predictor_sha256": _predictor_digest(env_config),
+    }
+    # Written beside and renamed: an interrupted export never leaves a half-written file.
+    tmp = out.with_name(out.name + ".tmp")
+    torch.save(data, tmp)
+    os.replace(tmp, out)
+    return out
+
+
+def _predictor_digest(env_config: dict[str, Any]) -> str | None:
+    """SHA-256 of the flow checkpoint the features come from (None without flow features)."""
+    if env_config.get("wrapper", "none") != "flow":
+        return None
+    from flow_predictor.checkpoint import SHIPPED_CHECKPOINT
+
+    path = (env_config.get("wrapper_options") or {}).get("path") or SHIPPED_CHECKPOINT
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+class MaraPolicy:
+    """A loaded policy: ``act(obs) -> action`` for one node's observation dict."""
+
+    def __init__(self, net: MaraNet, meta: dict[str, Any], seed: int | None = None) -> None:
+        self.net = net.eval()
+        # one observation per call: numpy is faster; a copy of the weights as loaded
+        self.actor = NumpyActor(self.net)
+        self.meta = meta
+        self.generator = torch.Generator().manual_seed(0 if seed is None else seed)
+
+    @property
+    def wrapper(self) -> str:
+        return self.meta.get("wrapper", "none")
+
+    def seed(self, seed: int) -> None:
+        """Reseed the sampling generator (only used with ``greedy=False``)."""
+        self.generator.manual_seed(seed)
+
+    def logits(self, obs: dict[str, np.ndarray]) -> np.ndarray:
+        """Masked logits ``(K + 1,)`` of one observation dict (numpy; same as ``net.logits``)."""
+        x = np.asarray(obs["observation"], np.float32)
+        lay = self.net.layout
+        if x.shape != (lay.obs_dim,):
+            raise ValueError(
+                f"observation has shape {x.shape}; this policy expects ({lay.obs_dim},) "
+                f"({lay.node_dim} node features + {lay.num_slots} slots x {lay.slot_dim}, "
+                f"wrapper={self.wrapper!r}): build the env with num_slots={lay.num_slots}"
+            )
+        return self.actor.logits(x, obs["action_mask"])
+
+    def act(self, obs: dict[str, np.ndarray], greedy: bool = True) -> int:
+        """Action for one observation: argmax (default) or a sample from the seeded generator."""
+        logits = self.logits(obs)
+        if greedy:
+            return int(logits.argmax())
+        probs = torch.softmax(torch.from_numpy(logits), -1)
+        return int(torch.multinomial(probs, 1, generator=self.generator))
+
+
+def _read(path: Path) -> dict[str, Any]:
+    """The header-checked dict of a policy file."""
+    if not path.exists():
+        raise PolicyFileError(f"policy file {str(path)!r} does not exist")
+    if not path.is_file():
+        raise PolicyFileError(f"policy file {str(path)!r} is not a file")
+    if path.stat().st_size == 0:
+        raise PolicyFileError(
+            f"{path}: policy file is empty; expected a file written by `mara export`"
+        )
+    try:
+        data = torch.load(path, map_location="cpu", weights_only=True)
+    # Arbitrary bytes make torch.load fail in many ways (EOFError, UnpicklingError,
+    # RuntimeError from the zip reader, ...): each means the same thing here.
+    except Exception as exc:
+        raise PolicyFileError(
+            f"{path}: not a readable policy file (torch.load failed with {type(exc).__name__}: "
+            "truncated, or another kind of file?); expected a file written by `mara export`"
+        ) from None
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise PolicyFileError(f"{path}: not a MARA policy file (no {FORMAT!r} header)")
+    if data.get("version") != VERSION:
+        raise PolicyFileError(
+            f"{path}: policy file version {data.get('version')}; expected {VERSION} "
+            "(version 1 files were trained on an observation layout without the "
+            "nodes_pending and pred_share features: retrain or export again)"
+        )
+    missing = [k for k in REQUIRED_KEYS if k not in data]
+    if missing:
+        raise PolicyFileError(
+            f"{path}: policy file lacks {missing}; expected a file written by `mara export`, "
+            f"with the keys {list(REQUIRED_KEYS)}"
+        )
+    return data
+
+
+def _section(path: Path, cls: type, values: Any, key: str, complete: bool) -> Any:
+    """``cls(**values)`` for the dataclass ``cls``; ``complete``: every field must be given."""
+    names = [f.name for f in fields(cls)]
+    if isinstance(values, dict):
+        unknown = sorted(set(values) - set(names))
+        missing = [n for n in names if n not in values] if complete else []
+        if not unknown and not missing:
+            return cls(**values)
+    got = sorted(values) if isinstance(values, dict) else type(values).__name__
+    raise PolicyFileError(f"{path}: {key!r} holds {got}; expected the keys {names}")
+
+
+def _network(path: Path, data: dict[str, Any]) -> MaraNet:
+    """The network a checked policy dict describes, with its weights loaded."""
+    layout = _section(path, ObsLayout, data["layout"], "layout", complete=True)
+    config = _section(path, ModelConfig, data["model"], "model", complete=False)
+    wrapper = data["wrapper"]
+    if wrapper not in WRAPPERS:
+        raise PolicyFileError(f"{path}: wrapper={wrapper!r}; expected one of {list(WRAPPERS)}")
+    k = layout.num_slots
+    if not isinstance(k, int) or isinstance(k, bool) or k < 1:
+        raise PolicyFileError(f"{path}: layout num_slots={k!r}; expected a positive integer")
+    slot_dim = len(SLOT_FEATURES) + (0 if wrapper == "none" else len(PREDICTOR_FEATURES))
+    expected = ObsLayout(len(NODE_FEATURES), slot_dim, k, len(QUEUE_FEATURES))
+    if layout != expected:
+        have, want = asdict(layout), asdict(expected)
+        diff = [f for f in have if have[f] != want[f]]
+        got = ", ".join(f"{f}={have[f]!r}" for f in diff)
+        env = ", ".join(f"{f}={want[f]!r}" for f in diff)
+        raise PolicyFileError(
+            f"{path}: layout has {got}; the env with wrapper={wrapper!r} and num_slots={k} "
+            f"gives {env}"
+        )
+    try:
+        net = MaraNet(layout, config)
+    except (AssertionError, ValueError, TypeError) as exc:
+        raise PolicyFileError(f"{path}: model {asdict(config)} cannot be built: {exc}") from None
+    state = data["state_dict"]
+    want = {k: tuple(v.shape) for k, v in net.state_dict().items()}
+    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        raise PolicyFileError(f"{path}: 'state_dict' is not a mapping of names to tensors")
+    got = {k: tuple(v.shape) for k, v in state.items()}
+    wrong = [f"{k}: missing" for k in want if k not in got]
+    wrong += [f"{k}: unexpected" for k in got if k not in want]
+    wrong += [f"{k}: shape {got[k]}" for k in want if k in got and got[k] != want[k]]
+    if wrong:
+        shown = "; ".join(wrong[:3]) + ("; ..." if len(wrong) > 3 else "")
+        raise PolicyFileError(
+            f"{path}: weights do not fit the network of its layout and model ({shown}); "
+            f"expected {len(want)} tensors, e.g. slot_enc.0.weight of shape "
+            f"{want['slot_enc.0.weight']}"
+        )
+    bad = [k for k, v in state.items() if not torch.isfinite(v).all()]
+    if bad:
+        raise PolicyFileError(
+            f"{path}: weights {bad[:3]}{' ...' if len(bad) > 3 else ''} hold NaN or inf; "
+            "expected finite numbers"
+        )
+    net.load_state_dict(state)
+    return net
+
+
+def load_policy(path: str | Path = SHIPPED_POLICY, seed: int | None = None) -> MaraPolicy:
+    """Load a policy file written by ``mara export`` (default: the shipped one)."""
+    path = Path(path)
+    data = _read(path)
+    net = _network(path, data)
+    meta = {k: v for k, v in data.items() if k != "state_dict"}
+    return MaraPolicy(net, meta, seed)
+
+
+class MaraAgent:
+    """Env-driven agent for the evaluation harness: ``reset(env, seed)``, ``act(env, agent)``.
+
+    ``env`` is the AEC env the harness steps; when the policy was trained with predictor
+    features, the agent observes through its own copy of the same observation wrapper.
+    """
+
+    def __init__(
+        self, policy: MaraPolicy | str | Path = SHIPPED_POLICY, greedy: bool = True
+    ) -> None:
+        self.policy = policy if isinstance(policy, MaraPolicy) else load_policy(policy)
+        # One observation per call: intra-op threads only add overhead (and contention
+        # with the harness's other worker processes).
+        torch.set_num_threads(1)
+        self.greedy = greedy
+        self.name = "mara"
+        # the harness builds this agent's env with the slot count the policy was trained on
+        self.num_slots = self.policy.net.layout.num_slots
+        self._view: Any = None
+        self._checked = False
+
+    def reset(self, env: Any, seed: int) -> None:
+        """Call right after ``env.reset(seed=seed)``."""
+        self.policy.seed(seed)
+        meta = self.policy.meta
+        if meta.get("predictor_sha256") and not self._checked:
+            self._checked = True
+            if _predictor_digest(meta) != meta["predictor_sha256"]:
+                warnings.warn(
+                    "the flow-predictor checkpoint differs from the one this policy was "
+                    "trained with: its observation features may have shifted",
+                    stacklevel=2,
+                )
+        # A fresh view per episode: the wrapper caches predictions per task.
+        self._view = wrap(env, self.policy.wrapper, self.policy.meta.get("wrapper_options"))
+
+    def act(self, env: Any, agent: str) -> int:
+        """The action of ``agent`` (the env's current agent)."""
+        return self.policy.act(self._view.observe(agent), greedy=self.greedy)
+
+
+def make_agent(arg: str = "") -> MaraAgent:
+    """Harness factory for ``mara=POLICY.pt`` (empty ``POLICY.pt``: the shipped policy)."""
+    return MaraAgent(arg or SHIPPED_POLICY)
+
+
+def check_policy(arg: str = "") -> None:
+    """Raise :class:`PolicyFileError` now if ``mara=ARG`` names no usable policy file."""
+    load_policy(arg or SHIPPED_POLICY)

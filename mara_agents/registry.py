@@ -1,0 +1,192 @@
+"""Scheduler and agent specs: what a spec string names, and building it.
+
+A *spec* names what to evaluate:
+
+* ``NAME`` or ``NAME:key=value:key=value``: a scheduler from
+  :data:`mara_agents.baselines.ALL_SCHEDULERS` or, for your own, the import path
+  ``package.module.Class`` of a :class:`~mara_env.schedulers.Scheduler` subclass
+  (constructor keyword arguments after the colons), run on the simulator directly (the
+  fast path);
+* ``PREFIX=ARG``: an env-driven agent made by the factory registered for ``PREFIX`` with
+  :func:`register_agent_factory` (``mara=POLICY.pt`` is the learned policy; plain
+  ``mara`` the shipped one).  The agent has ``reset(env, seed)`` and
+  ``act(env, agent) -> action`` and is driven through ``mara_env.cluster_env.raw_env``;
+  ``env=NAME`` drives a scheduler this way.
+
+:func:`check_spec` fails fast, in the parent process and before any episode runs, on a
+spec that cannot be built (unknown name, bad parameter, missing or broken policy file).
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from mara_env.schedulers import Scheduler, SchedulerAgent
+
+
+class SpecError(ValueError):
+    """A scheduler/agent spec names nothing known; the message lists what is known."""
+
+
+class Agent(Protocol):
+    """An env-driven decision maker (e.g. a learned policy).
+
+    An agent may also have a ``num_slots`` attribute: the number of task slots it was
+    built to observe.  The harness then runs its episodes in an env with that many slots;
+    the workload of a seed does not depend on the slot count, so every scheduler still
+    sees the same tasks.
+    """
+
+    def reset(self, env: Any, seed: int) -> None:
+        """Called right after ``env.reset(seed=seed)``."""
+
+    def act(self, env: Any, agent: str) -> int:
+        """Action of ``agent``, the env's current agent."""
+
+
+AgentFactory = Callable[[str], Agent]
+ArgCheck = Callable[[str], object]  # raises for an ARG that cannot be used
+# prefix -> (factory, check), each a callable or "module:function" imported lazily (so it
+# also works in workers started with the spawn method and costs nothing until used).
+_AGENT_FACTORIES: dict[str, tuple[AgentFactory | str, ArgCheck | str | None]] = {}
+
+
+def register_agent_factory(
+    prefix: str, factory: AgentFactory | str, check: ArgCheck | str | None = None
+) -> None:
+    """Make ``PREFIX=ARG`` specs build agents with ``factory(ARG)``.
+
+    ``factory`` is a callable or an import path ``"package.module:function"``; prefer
+    the path form: it is resolved inside each worker process.  ``check(ARG)``, if given,
+    runs in the parent before any episode and raises ``ValueError`` or ``OSError`` for an
+    ``ARG`` the factory could not use (e.g. a missing file).
+    """
+    if not prefix.isidentifier():
+        raise ValueError(f"agent prefix {prefix!r} must be an identifier")
+    _AGENT_FACTORIES[prefix] = (factory, check)
+
+
+def _function(ref: Callable | str) -> Callable:
+    """A callable, or the one an import path ``"package.module:function"`` names."""
+    if isinstance(ref, str):
+        module, _, attr = ref.partition(":")
+        return getattr(importlib.import_module(module), attr)
+    return ref
+
+
+# plain ``mara`` is ``mara=`` (an empty ARG: the shipped policy)
+ALIASES = {"mara": "mara="}
+
+
+def resolve(spec: str) -> str:
+    """A spec with aliases expanded (plain ``mara`` is the shipped policy)."""
+    return ALIASES.get(spec, spec)
+
+
+def is_agent_spec(spec: str) -> bool:
+    """Whether ``spec`` is ``PREFIX=ARG`` (an env-driven agent), not a scheduler."""
+    return "=" in spec.split(":")[0]
+
+
+def known_specs() -> list[str]:
+    """Scheduler names and agent prefixes (``PREFIX=...``) that specs may use."""
+    from mara_agents.baselines import ALL_SCHEDULERS
+
+    return [
+        *ALL_SCHEDULERS,
+        "package.module.SchedulerClass",
+        *(f"{p}=..." for p in _AGENT_FACTORIES),
+    ]
+
+
+def _scheduler_class(name: str) -> type[Scheduler]:
+    """A built-in scheduler by name, or ``package.module.Class`` imported (your own)."""
+    from mara_agents.baselines import ALL_SCHEDULERS
+
+    if name in ALL_SCHEDULERS:
+        return ALL_SCHEDULERS[name]
+    if "." not in name:
+        raise SpecError(f"unknown scheduler {name!r}; known: {', '.join(known_specs())}")
+    module, _, attr = name.rpartition(".")
+    try:
+        cls = getattr(importlib.import_module(module), attr)
+    except ImportError as exc:
+        raise SpecError(
+            f"scheduler {name!r}: cannot import module {module!r} ({exc}); is its directory "
+            "on PYTHONPATH?"
+        ) from None
+    except AttributeError:
+        raise SpecError(f"scheduler {name!r}: module {module!r} has no {attr!r}") from None
+    if not (isinstance(cls, type) and issubclass(cls, Scheduler)):
+        raise SpecError(f"scheduler {name!r} is not a subclass of mara_env.schedulers.Scheduler")
+    return cls
+
+
+def _parse_value(text: str) -> Any:
+    for cast in (int, float):
+        try:
+            return cast(text)
+        except ValueError:
+            pass
+    return text
+
+
+def make_scheduler(spec: str) -> Scheduler:
+    """Build the scheduler named by ``NAME[:key=value...]``; ``NAME`` is a built-in
+    scheduler or the import path ``package.module.Class`` of a :class:`Scheduler`
+    subclass (imported in every worker process)."""
+    name, *params = spec.split(":")
+    cls = _scheduler_class(name)
+    kwargs = {}
+    for p in params:
+        key, eq, value = p.partition("=")
+        if not eq:
+            raise SpecError(f"scheduler spec {spec!r}: parameter {p!r} is not key=value")
+        kwargs[key] = _parse_value(value)
+    try:
+        return cls(**kwargs)
+    except (TypeError, ValueError) as exc:
+        raise SpecError(f"scheduler spec {spec!r}: {exc}") from None
+
+
+def _factory_of(prefix: str) -> tuple[AgentFactory | str, ArgCheck | str | None]:
+    if prefix not in _AGENT_FACTORIES:
+        raise SpecError(f"unknown agent prefix {prefix!r}; known: {', '.join(known_specs())}")
+    return _AGENT_FACTORIES[prefix]
+
+
+def make_agent(spec: str) -> Agent:
+    """Build the env-driven agent named by ``PREFIX=ARG``."""
+    prefix, _, arg = spec.partition("=")
+    factory, _ = _factory_of(prefix)
+    return _function(factory)(arg)
+
+
+def check_spec(spec: str) -> None:
+    """Raise :class:`SpecError` now (in the parent) for a spec that cannot be built."""
+    if not is_agent_spec(spec):
+        make_scheduler(spec)
+        return
+    prefix, _, arg = spec.partition("=")
+    _, check = _factory_of(prefix)
+    if check is None:
+        return
+    try:
+        _function(check)(arg)
+    except SpecError:
+        raise
+    except (ValueError, OSError) as exc:
+        raise SpecError(f"{spec}: {exc}") from None
+
+
+def _scheduler_agent(name: str) -> Agent:
+    return SchedulerAgent(make_scheduler(name))
+
+
+register_agent_factory("env", _scheduler_agent, check=make_scheduler)
+# the learned policy: ``mara=POLICY.pt``, or plain ``mara`` for the shipped policy
+register_agent_factory(
+    "mara", "mara_agents.policy:make_agent", check="mara_agents.policy:check_policy"
+)

@@ -1,0 +1,195 @@
+"""Reports of evaluation results: ``summary.md``, plots and TensorBoard scalars.
+
+:func:`write_outputs` writes everything :func:`mara_agents.runner.evaluate` leaves in its
+output directory, from the results table (:mod:`mara_agents.stats`).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from mara_agents.stats import (
+    METRICS,
+    family_paired_differences,
+    family_rates,
+    paired_differences,
+    summarise,
+)
+
+REFERENCE = "lara"
+
+
+def family_markdown(df: pd.DataFrame) -> list[str]:
+    """Lines of the per-family table of ``summary.md`` (none when there is one family)."""
+    rates = family_rates(df)
+    families = list(dict.fromkeys(rates["family"]))
+    if len(families) < 2:
+        return []
+    lines = [
+        "",
+        "## Completion rate by trace family (pooled over episodes)",
+        "",
+        "| scheduler | load | " + " | ".join(families) + " |",
+        "|---|---|" + "---|" * len(families),
+    ]
+    for (spec, load), g in rates.groupby(["scheduler", "load"], sort=False):
+        cells = [f"{r:.3f} (n={n})" for r, n in zip(g["rate"], g["tasks"])]
+        lines.append(f"| {spec} | {load:g} | " + " | ".join(cells) + " |")
+    specs = list(dict.fromkeys(df["scheduler"]))
+    if REFERENCE not in specs or len(specs) < 2:
+        return lines
+    lines += [
+        "",
+        f"### Paired difference by trace family vs {REFERENCE} (same tasks; 95% t-interval)",
+        "",
+        "| scheduler | load | " + " | ".join(families) + " |",
+        "|---|---|" + "---|" * len(families),
+    ]
+    diffs = family_paired_differences(df, REFERENCE)
+    for (spec, load), g in diffs.groupby(["scheduler", "load"], sort=False):
+        cells = [_fmt(m, h) for m, h in zip(g["diff"], g["ci95"])]
+        lines.append(f"| {spec} | {load:g} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def _fmt(m: float, h: float) -> str:
+    return f"{m:.3f} ± {h:.3f}" if np.isfinite(h) else f"{m:.3f}"
+
+
+def summary_markdown(df: pd.DataFrame) -> str:
+    """The ``summary.md`` text: completion rate and other metrics, and paired differences."""
+    specs = list(dict.fromkeys(df["scheduler"]))
+    loads = sorted(df["load"].unique())
+    reference = REFERENCE if REFERENCE in specs else specs[0]
+    n_eps = df.groupby(["scheduler", "load"]).size().min()
+    lines = [
+        "# Evaluation summary",
+        "",
+        f"{n_eps} episodes per scheduler and load; mean ± half-width of the 95% t-interval.",
+        "",
+        "## Completion rate",
+        "",
+        "| scheduler | " + " | ".join(f"load {x:g}" for x in loads) + " |",
+        "|---|" + "---|" * len(loads),
+    ]
+    s = summarise(df).set_index(["scheduler", "load"])
+    for spec in specs:
+        cells = [_fmt(s.at[(spec, x), "mean"], s.at[(spec, x), "ci95"]) for x in loads]
+        lines.append(f"| {spec} | " + " | ".join(cells) + " |")
+    if len(specs) > 1:
+        lines += [
+            "",
+            f"## Paired difference vs {reference} (same episodes)",
+            "",
+            "| scheduler | " + " | ".join(f"load {x:g}" for x in loads) + " |",
+            "|---|" + "---|" * len(loads),
+        ]
+        d = paired_differences(df, reference).set_index(["scheduler", "load"])
+        for spec in specs:
+            if spec == reference:
+                continue
+            cells = [_fmt(d.at[(spec, x), "diff"], d.at[(spec, x), "ci95"]) for x in loads]
+            lines.append(f"| {spec} | " + " | ".join(cells) + " |")
+    lines += family_markdown(df)
+    lines += ["", "## Other metrics (mean per episode)", ""]
+    cols = ("utilisation", "wasted_node_ticks", "reassignments", "expired", "tasks")
+    lines += ["| scheduler | load | " + " | ".join(cols) + " |", "|---|---|" + "---|" * len(cols)]
+    means = df.groupby(["scheduler", "load"], sort=False)[list(cols)].mean()
+    for (spec, load), r in means.iterrows():
+        vals = [f"{r['utilisation']:.3f}", *(f"{r[c]:.1f}" for c in cols[1:])]
+        lines.append(f"| {spec} | {load:g} | " + " | ".join(vals) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def write_outputs(df: pd.DataFrame, out_dir: str | os.PathLike) -> None:
+    """``results.csv``, ``summary.md``, ``completion_vs_load.png``,
+    ``completion_by_family.png`` (with two or more trace families) and ``tb/`` in ``out_dir``."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    df.to_csv(out / "results.csv", index=False)
+    (out / "summary.md").write_text(summary_markdown(df))
+    plot_completion(df, out / "completion_vs_load.png")
+    plot_families(df, out / "completion_by_family.png")
+    write_tensorboard(df, out / "tb")
+
+
+def plot_completion(df: pd.DataFrame, path: str | os.PathLike) -> None:
+    """Completion rate vs load, one line per scheduler with 95% CI error bars."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    s = summarise(df)
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for spec, g in s.groupby("scheduler", sort=False):
+        yerr = g["ci95"].fillna(0)
+        ax.errorbar(g["load"], g["mean"], yerr=yerr, marker="o", capsize=3, label=spec)
+    ax.set_xlabel("load factor ρ")
+    ax.set_ylabel("completion rate")
+    ax.set_ylim(0, 1)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def plot_families(df: pd.DataFrame, path: str | os.PathLike) -> None:
+    """Completion rate per trace family (pooled), one panel per load, one bar per scheduler;
+    nothing is written with fewer than two families."""
+    rates = family_rates(df)
+    families = list(dict.fromkeys(rates["family"]))
+    if len(families) < 2:
+        return
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    specs = list(dict.fromkeys(rates["scheduler"]))
+    loads = sorted(rates["load"].unique())
+    fig, axes = plt.subplots(1, len(loads), figsize=(4 * len(loads), 3.6), sharey=True)
+    axes = np.atleast_1d(axes)
+    width = 0.8 / len(specs)
+    x = np.arange(len(families))
+    table = rates.set_index(["scheduler", "load", "family"])["rate"]
+    for ax, load in zip(axes, loads):
+        for i, spec in enumerate(specs):
+            y = [table.get((spec, load, f), np.nan) for f in families]
+            ax.bar(x + (i - (len(specs) - 1) / 2) * width, y, width, label=spec)
+        ax.set_xticks(x, families)
+        ax.set_title(f"load {load:g}")
+        ax.set_ylim(0, 1)
+        ax.grid(axis="y", alpha=0.3)
+    axes[0].set_ylabel("completion rate (pooled)")
+    axes[-1].legend(fontsize=7, loc="upper right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def write_tensorboard(df: pd.DataFrame, log_dir: str | os.PathLike) -> None:
+    """Scalars ``eval/<metric>/<scheduler>`` (mean per load, step = round(100 * load)).
+
+    Written with the ``tensorboard`` package's event writer: ``tensorboardX`` and
+    ``torch.utils.tensorboard`` would import torch.
+    """
+    from tensorboard.compat.proto.event_pb2 import Event
+    from tensorboard.compat.proto.summary_pb2 import Summary
+    from tensorboard.summary.writer.event_file_writer import EventFileWriter
+
+    writer = EventFileWriter(str(log_dir))
+    means = df.groupby(["scheduler", "load"], sort=False)[["completion_rate", *METRICS]].mean()
+    for (spec, load), row in means.iterrows():
+        tag_spec = spec.replace("=", "_").replace(":", "_")
+        values = [
+            Summary.Value(tag=f"eval/{metric}/{tag_spec}", simple_value=float(row[metric]))
+            for metric in ("completion_rate", *METRICS)
+        ]
+        writer.add_event(Event(step=int(round(100 * load)), summary=Summary(value=values)))
+    writer.close()

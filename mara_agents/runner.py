@@ -1,0 +1,225 @@
+"""Running evaluation episodes: every spec on the same episodes, in worker processes or on Ray.
+
+Episode ``i`` at load ``rho`` under base seed ``s`` uses the seed
+:func:`episode_seed` ``(s, rho, i)`` for every spec (common random numbers), so paired
+differences between schedulers are meaningful and results do not depend on the number
+of worker processes.  Specs are resolved by :mod:`mara_agents.registry` and checked
+before any episode runs; :func:`evaluate` returns the results table of
+:mod:`mara_agents.stats` and can write the reports of :mod:`mara_agents.report`.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from mara_agents.registry import (
+    Agent,
+    check_spec,
+    is_agent_spec,
+    make_agent,
+    make_scheduler,
+    resolve,
+)
+from mara_agents.report import write_outputs
+from mara_agents.stats import COLUMNS, FAMILY_PREFIXES, METRICS
+from mara_env.config import ClusterConfig
+from mara_env.schedulers import run_episode
+from mara_env.traces import TraceSet, load_traces
+
+
+def run_agent_episode(
+    agent: Agent, config: ClusterConfig, traces: TraceSet, seed: int, record: bool = False
+) -> dict:
+    """One episode of an env-driven agent through ``raw_env``; returns its metrics.
+
+    With ``record`` the metrics also hold ``allocation`` (ticks x nodes task indices).
+    """
+    from mara_env.cluster_env import raw_env
+
+    slots = getattr(agent, "num_slots", None)
+    if slots is not None and slots != config.num_slots:
+        config = replace(config, num_slots=int(slots))
+    env = raw_env(config=config, trace_set=traces)
+    env.engine.sim.record = record
+    env.reset(seed=seed)
+    agent.reset(env, seed)
+    for name in env.agent_iter():
+        _, _, term, trunc, _ = env.last()
+        env.step(None if term or trunc else agent.act(env, name))
+    sim = env.engine.sim
+    out: dict[str, Any] = sim.metrics()
+    if record:
+        out["allocation"] = np.array(sim.assign_log)
+    return out
+
+
+def run_spec(
+    spec: str, config: ClusterConfig, traces: TraceSet, seed: int, record: bool = False
+) -> dict:
+    """Metrics of one episode of ``spec`` (scheduler fast path or env-driven agent)."""
+    if is_agent_spec(spec):
+        return run_agent_episode(make_agent(spec), config, traces, seed, record)
+    return run_episode(make_scheduler(spec), config, traces, seed, record)
+
+
+def episode_seed(base_seed: int, load: float, episode: int) -> int:
+    """Seed of episode ``episode`` at ``load`` under ``base_seed`` (same for every spec)."""
+    ss = np.random.SeedSequence([int(base_seed), int(round(load * 1000)), int(episode)])
+    return int(ss.generate_state(1, np.uint32)[0])
+
+
+@dataclass(frozen=True)
+class Job:
+    """One (spec, load) batch of episodes for a worker."""
+
+    spec: str
+    load: float
+    episodes: tuple[tuple[int, int, int], ...]  # (episode index, base seed, episode seed)
+
+
+_WORKER: dict[str, Any] = {}
+
+
+def _init_worker(config: ClusterConfig, traces: TraceSet | None) -> None:
+    _WORKER["config"] = config
+    _WORKER["traces"] = (
+        traces
+        if traces is not None
+        else load_traces(
+            config.traces, split=config.split, families=list(config.families or []) or None
+        )
+    )
+
+
+def _run_job(job: Job) -> list[dict]:
+    return _job_rows(job, _WORKER["config"], _WORKER["traces"])
+
+
+def _job_rows(job: Job, config: ClusterConfig, traces: TraceSet) -> list[dict]:
+    config = config.replace(load=job.load)
+    rows = []
+    for episode, base, seed in job.episodes:
+        m = run_spec(job.spec, config, traces, seed)
+        rows.append(
+            {
+                "scheduler": job.spec,
+                "load": job.load,
+                "episode": episode,
+                "seed": seed,
+                "completion_rate": m["completion_rate"],
+                **{k: m[k] for k in METRICS},
+                "base_seed": base,
+                **{k: v for k, v in m.items() if k.startswith(FAMILY_PREFIXES)},
+            }
+        )
+    return rows
+
+
+def _run_on_ray(
+    jobs: list[Job], config: ClusterConfig, traces: TraceSet | None, address: str, bar: Any
+) -> list[dict]:
+    """Run the jobs as Ray tasks on an existing cluster, in job order."""
+    import ray
+
+    if not ray.is_initialized():
+        ray.init(address=address, log_to_driver=False)
+    if traces is None:
+        families = list(config.families or []) or None
+        traces = load_traces(config.traces, split=config.split, families=families)
+    remote = ray.remote(num_cpus=1)(_job_rows)
+    config_ref, traces_ref = ray.put(config), ray.put(traces)
+    pending = [remote.remote(job, config_ref, traces_ref) for job in jobs]
+    rows: list[dict] = []
+    for job, ref in zip(jobs, pending):
+        rows += ray.get(ref)
+        bar.update(len(job.episodes))
+    return rows
+
+
+def make_jobs(
+    specs: Sequence[str], loads: Sequence[float], episodes: int, seeds: Sequence[int], chunk: int
+) -> list[Job]:
+    """Work split into chunks of at most ``chunk`` episodes."""
+    jobs = []
+    for spec in specs:
+        for load in loads:
+            eps = [
+                (j * episodes + i, s, episode_seed(s, load, i))
+                for j, s in enumerate(seeds)
+                for i in range(episodes)
+            ]
+            for a in range(0, len(eps), chunk):
+                jobs.append(Job(spec, float(load), tuple(eps[a : a + chunk])))
+    return jobs
+
+
+def evaluate(
+    specs: Sequence[str],
+    loads: Sequence[float],
+    episodes: int,
+    seeds: Sequence[int] = (0,),
+    config: ClusterConfig | None = None,
+    traces: TraceSet | None = None,
+    workers: int | None = None,
+    out_dir: str | os.PathLike | None = None,
+    progress: bool = True,
+    address: str | None = None,
+) -> pd.DataFrame:
+    """Run every spec on the same episodes; one row per spec x load x episode.
+
+    ``config`` sets the cluster (its ``traces``/``split`` pick the library unless
+    ``traces`` is given; its ``load`` is replaced by each of ``loads``).  With
+    ``out_dir`` also writes ``results.csv``, ``summary.md``, ``completion_vs_load.png``
+    and TensorBoard scalars under ``tb/`` (see :func:`write_outputs`).
+    With ``address`` the episodes run as Ray tasks on that cluster (``"auto"``, or
+    ``host:port`` of a head started with ``ray start --head``); results are identical.
+    """
+    names = list(specs)
+    specs = [resolve(s) for s in specs]
+    for spec in specs:
+        check_spec(spec)
+    config = config or ClusterConfig()
+    workers = max(1, int(workers or os.cpu_count() or 1))
+    total = len(specs) * len(loads) * episodes * len(seeds)
+    chunk = max(1, min(8, math.ceil(episodes * len(seeds) / max(1, 2 * workers))))
+    jobs = make_jobs(specs, loads, episodes, seeds, chunk)
+    bar = _progress_bar(total, progress)
+    rows: list[dict] = []
+    if address is not None:
+        rows = _run_on_ray(jobs, config, traces, address, bar)
+    elif workers == 1:
+        _init_worker(config, traces)
+        for job in jobs:
+            rows += _run_job(job)
+            bar.update(len(job.episodes))
+    else:
+        pool = ProcessPoolExecutor(workers, initializer=_init_worker, initargs=(config, traces))
+        with pool as ex:
+            for job, got in zip(jobs, ex.map(_run_job, jobs)):
+                rows += got
+                bar.update(len(job.episodes))
+    bar.close()
+    extra = [k for k in dict.fromkeys(k for r in rows for k in r) if k not in COLUMNS]
+    df = pd.DataFrame(rows, columns=[*COLUMNS, *extra])
+    df["scheduler"] = df["scheduler"].map(dict(zip(specs, names)))
+    df = df.sort_values(["load", "episode"], kind="stable")
+    order = {s: i for i, s in enumerate(names)}
+    df = df.sort_values("scheduler", key=lambda s: s.map(order), kind="stable")
+    df = df.reset_index(drop=True)
+    if out_dir is not None:
+        write_outputs(df, out_dir)
+    return df
+
+
+def _progress_bar(total: int, enabled: bool) -> Any:
+    from tqdm import tqdm
+
+    return tqdm(total=total, unit="ep", desc="evaluate", disable=not enabled)

@@ -1,0 +1,183 @@
+"""Policy files and the policy runtime: round trip, every bad file named, and no ray needed."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from mara_agents.network import MaraNet, ModelConfig
+from mara_agents.numpy_actor import NumpyActor
+from mara_agents.policy import (
+    FORMAT,
+    SHIPPED_POLICY,
+    VERSION,
+    MaraAgent,
+    PolicyFileError,
+    load_policy,
+    save_policy,
+)
+from tests.test_network import K, make_net, random_batch
+
+ROOT = Path(__file__).parents[1]
+
+
+@pytest.fixture
+def policy_file(tmp_path: Path) -> Path:
+    """A small valid policy file (no predictor features)."""
+    return save_policy(make_net(), tmp_path / "policy.pt", {}, source="test")
+
+
+def test_round_trip_acts_as_the_network(policy_file: Path) -> None:
+    net = make_net().eval()
+    policy = load_policy(policy_file)
+    batch = random_batch(100, seed=4)
+    with torch.no_grad():
+        expected = net.logits(batch["observation"], batch["action_mask"]).argmax(-1)
+    got = [policy.act({k: v[i].numpy() for k, v in batch.items()}) for i in range(100)]
+    assert got == expected.tolist()
+    one = {k: v[0].numpy() for k, v in batch.items()}
+    policy.seed(7)
+    sampled = [policy.act(one, greedy=False) for _ in range(50)]
+    policy.seed(7)
+    assert sampled == [policy.act(one, greedy=False) for _ in range(50)]
+    assert all(one["action_mask"][a] for a in sampled)
+    assert MaraAgent(policy).num_slots == K
+    assert not list(policy_file.parent.glob("*.tmp"))  # written atomically
+
+
+def test_old_policy_files_and_wrong_observations_are_named(policy_file: Path) -> None:
+    data = torch.load(policy_file, weights_only=True)
+    torch.save({**data, "version": 1}, policy_file.parent / "v1.pt")
+    with pytest.raises(PolicyFileError, match="version 1; expected 2.*nodes_pending"):
+        load_policy(policy_file.parent / "v1.pt")
+    policy = load_policy(policy_file)
+    batch = random_batch(1, seed=4, k=K + 1)  # one slot more than the policy was built for
+    obs = {k: v[0].numpy() for k, v in batch.items()}
+    with pytest.raises(ValueError, match=f"expects .*build the env with num_slots={K}"):
+        policy.act(obs)
+
+
+def _edit(key: str, value: Callable[[dict], object]) -> Callable[[bytes, Path], None]:
+    """A bad-file writer: the valid policy dict with ``key`` set to ``value(data)``."""
+
+    def write(valid: bytes, out: Path) -> None:
+        src = out.with_name("src.pt")
+        src.write_bytes(valid)
+        data = torch.load(src, weights_only=True)
+        torch.save({**data, key: value(data)}, out)
+
+    return write
+
+
+def _weights(change: Callable[[str, torch.Tensor], torch.Tensor]) -> Callable[[dict], dict]:
+    return lambda data: {k: change(k, v) for k, v in data["state_dict"].items()}
+
+
+def _save(obj: object) -> Callable[[bytes, Path], None]:
+    return lambda valid, out: torch.save(obj, out)
+
+
+BAD_FILES = {
+    "empty": (lambda valid, out: out.write_bytes(b""), "policy file is empty; expected"),
+    "truncated": (
+        lambda valid, out: out.write_bytes(valid[: len(valid) // 2]),
+        "not a readable policy file.*expected a file written by `mara export`",
+    ),
+    "random bytes": (
+        lambda valid, out: out.write_bytes(np.random.default_rng(0).bytes(4096)),
+        "not a readable policy file.*expected a file written by `mara export`",
+    ),
+    "another torch file": (_save({"weights": 1}), "not a MARA policy file"),
+    "header only": (
+        _save({"format": FORMAT, "version": VERSION}),
+        r"policy file lacks \['layout', 'model', 'wrapper', 'state_dict'\]; expected a file "
+        "written by `mara export`",
+    ),
+    "wrong shapes": (
+        _edit("state_dict", _weights(lambda k, v: v[:-1] if k == "slot_enc.0.weight" else v)),
+        r"weights do not fit .*slot_enc\.0\.weight: shape \(15, 13\).*expected 3\d tensors",
+    ),
+    "missing weights": (
+        _edit("state_dict", lambda data: dict(list(data["state_dict"].items())[1:])),
+        "weights do not fit .*slot_enc.0.weight: missing",
+    ),
+    "NaN weights": (
+        _edit("state_dict", _weights(lambda k, v: v * np.nan if k == "idle.2.bias" else v)),
+        r"weights \['idle\.2\.bias'\] hold NaN or inf; expected finite numbers",
+    ),
+    "unknown model key": (
+        _edit("model", lambda data: {**data["model"], "width": 3}),
+        r"'model' holds .*'width'.*; expected the keys \['hidden'",
+    ),
+    "layout of another env": (
+        _edit("layout", lambda data: {**data["layout"], "node_dim": 9}),
+        "layout has node_dim=9; the env with wrapper='none' and num_slots=5 gives node_dim=8",
+    ),
+    "layout without predictor features for a flow policy": (
+        _edit("wrapper", lambda data: "flow"),
+        "layout has slot_dim=13; the env with wrapper='flow' and num_slots=5 gives slot_dim=21",
+    ),
+    "unknown wrapper": (
+        _edit("wrapper", lambda data: "magic"),
+        r"wrapper='magic'; expected one of \['none', 'flow', 'wls'\]",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_FILES))
+def test_bad_policy_files_are_named(case: str, policy_file: Path, tmp_path: Path) -> None:
+    write, message = BAD_FILES[case]
+    bad = tmp_path / "bad.pt"
+    write(policy_file.read_bytes(), bad)
+    with pytest.raises(PolicyFileError, match=re.escape(str(bad)) + ": " + message) as info:
+        load_policy(bad)
+    assert "\n" not in str(info.value)
+
+
+def test_missing_or_directory_policy_is_named(tmp_path: Path) -> None:
+    with pytest.raises(PolicyFileError, match="policy file '.*missing.pt' does not exist"):
+        load_policy(tmp_path / "missing.pt")
+    with pytest.raises(PolicyFileError, match="is not a file"):
+        load_policy(tmp_path)
+
+
+def test_numpy_actor_matches_the_shipped_network() -> None:
+    """The shipped weights act the same through the numpy copy and the torch network."""
+    net = load_policy(SHIPPED_POLICY).net
+    assert isinstance(net, MaraNet) and isinstance(net.config, ModelConfig)
+    lay = net.layout
+    batch = random_batch(32, seed=9, slot_dim=lay.slot_dim, k=lay.num_slots)
+    with torch.no_grad():
+        expected = net.logits(batch["observation"], batch["action_mask"]).numpy()
+    actor = NumpyActor(net)
+    got = np.stack(
+        [actor.logits(o, m) for o, m in zip(batch["observation"].numpy(), batch["action_mask"])]
+    )
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-3)
+    assert (got.argmax(1) == expected.argmax(1)).all()
+
+
+def test_evaluating_the_shipped_policy_imports_no_ray(tmp_path: Path) -> None:
+    """``mara evaluate --schedulers mara`` runs the policy with torch alone."""
+    code = (
+        "import sys\n"
+        "from mara_agents.cli import main\n"
+        "argv = ['evaluate', '--schedulers', 'mara', '--loads', '1.0', '--episodes', '1',\n"
+        "        '--nodes', '4', '--horizon', '6', '--split', 'train', '--workers', '1',\n"
+        f"        '--no-progress', '--out', {str(tmp_path / 'eval')!r}]\n"
+        "assert main(argv) == 0\n"
+        "assert 'mara_agents.policy' in sys.modules and 'torch' in sys.modules\n"
+        "bad = sorted(m for m in sys.modules if m == 'ray' or m.startswith('ray.'))\n"
+        "assert not bad, bad[:5]\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = (tmp_path / "eval" / "results.csv").read_text().splitlines()
+    assert len(results) == 2 and results[1].startswith("mara,1.0,0,")
