@@ -8,17 +8,20 @@ headline tables.  ``full=True`` first retrains the predictor and the policy.
 
 from __future__ import annotations
 
-import subprocess
-import sys
+import dataclasses
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
-from mara_env.config import ClusterConfig
+from mara_env.config import ClusterConfig, ConfigError
 from mara_env.traces import load_traces
+
+if TYPE_CHECKING:
+    from flow_predictor.train import TrainConfig
 
 DEFAULT_SPECS = (
     "mara",
@@ -33,6 +36,9 @@ DEFAULT_SPECS = (
     "oracle",
 )
 DEFAULT_LOADS = (1.0, 1.5, 2.0)
+# The shipped policy's recipe, found from the package (experiments/ sits beside it in a
+# source checkout), never from the working directory.
+RECIPE = Path(__file__).resolve().parents[1] / "experiments" / "mara.yaml"
 
 
 def _step(title: str) -> float:
@@ -44,28 +50,40 @@ def _done(start: float) -> None:
     print(f"   done in {time.perf_counter() - start:.0f} s", flush=True)
 
 
-def retrain(out: Path) -> Path:
-    """Retrain the predictor and the shipped policy's recipe (resumable, progress bars).
+def retrain(out: Path, recipe: Path = RECIPE, predictor: TrainConfig | None = None) -> Path:
+    """Retrain the shipped policy's recipe and the predictor under ``out/retrained``.
 
-    The shipped policy is the behaviour-cloning stage of ``experiments/mara.yaml``
-    (``docs/training.md``), so this runs ``mara train --pretrain-only --resume`` (behaviour
-    cloning, and DAgger rounds if the YAML asks for them) and exports the BC stage; returns
-    the exported policy file.  The policy observes through the shipped flow checkpoint, as
-    the shipped policy does; the retrained predictor (``OUT/retrained/flow.pt``) is written
-    for comparison.
+    The shipped policy is the behaviour-cloning stage of ``recipe`` (``docs/training.md``):
+    this clones (and runs the DAgger rounds the YAML asks for) as ``mara train
+    --pretrain-only --resume`` does, exports the BC stage and returns the policy file.  It
+    observes through the shipped flow checkpoint, as the shipped policy does; the retrained
+    predictor (``predictor``'s settings, default the train split; written to
+    ``out/retrained/flow.pt``) is made for comparison.  Both resume finished stages.
     """
-    ckpt = out / "retrained" / "flow.pt"
-    runs = out / "retrained" / "train"
-    policy = out / "retrained" / "mara.pt"
-    cmds = [
-        ["predictor", "train", "--split", "train", "--out", str(ckpt), "--resume"],
-        ["train", "experiments/mara.yaml", "--out", str(runs), "--pretrain-only", "--resume"],
-        ["export", str(runs / "mara_pretrain_bc.pt"), "--experiment", "experiments/mara.yaml"]
-        + ["--out", str(policy)],
-    ]
-    for cmd in cmds:
-        print("   $ mara " + " ".join(cmd), flush=True)
-        subprocess.run([sys.executable, "-m", "mara_agents.cli", *cmd], check=True)
+    from flow_predictor.train import TrainConfig
+    from flow_predictor.train import train as train_predictor
+    from mara_agents.experiment import load_experiment
+    from mara_agents.export import export_warm_start
+    from mara_agents.train import pretrain
+
+    if not Path(recipe).is_file():
+        raise ConfigError(
+            f"recipe {str(recipe)!r} not found: reproduce --full needs a source checkout "
+            "of MARA (experiments/ is not installed with the package)"
+        )
+    exp = load_experiment(recipe)
+    if exp.pretrain.episodes <= 0:
+        raise ConfigError(f"{recipe}: expected pretrain.episodes > 0 (the shipped recipe)")
+    root = Path(out).absolute() / "retrained"
+    print(f"   policy: behaviour cloning of {exp.pretrain.scheduler} ({recipe})", flush=True)
+    pretrain(exp, root / "train" / f"{exp.name}_pretrain.pt", resume=True)
+    policy = export_warm_start(
+        root / "train" / f"{exp.name}_pretrain_bc.pt", exp, root / f"{exp.name}.pt"
+    )
+    cfg = dataclasses.replace(predictor or TrainConfig(split="train"), out=str(root / "flow.pt"))
+    print(f"   predictor: flow matching on the {cfg.split} split -> {cfg.out}", flush=True)
+    # resume only what exists: the predictor's resume needs its .last.pt
+    train_predictor(cfg, resume=(root / "flow.last.pt").is_file())
     return policy
 
 
@@ -143,10 +161,11 @@ def reproduce(
     skip_predictor: bool = False,
 ) -> str:
     """Run the whole evaluation; returns the summary markdown (also in out/summary.md)."""
+    from mara_agents.experiment import check_out
     from mara_agents.report import summary_markdown
     from mara_agents.runner import evaluate
 
-    out = Path(out)
+    out = check_out(out)
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     if full:

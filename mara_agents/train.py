@@ -243,7 +243,8 @@ def _fit(
             torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)
             opt.step()
             total += loss.item() * len(idx)
-        log(f"{stage} epoch {epoch + 1}: loss {total / n:.4f}  action accuracy {correct / n:.3f}")
+        accuracy = f"  action accuracy {correct / n:.3f}" if epoch < epochs else " (critic only)"
+        log(f"{stage} epoch {epoch + 1}: loss {total / n:.4f}{accuracy}")
 
 
 def pretrain(exp: Experiment, out: Path, log: Any = None, resume: bool = False) -> Path:

@@ -11,6 +11,7 @@ experiment YAML (about 30 minutes more; resumable) and evaluates the retrained p
 from __future__ import annotations
 
 import argparse
+import sys
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -42,16 +43,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from mara_agents.reproduce import reproduce
+    from mara_env.config import ConfigError
 
-    summary = reproduce(
-        out=args.out,
-        episodes=args.episodes,
-        loads=[float(x) for x in args.loads.split(",")],
-        seeds=[int(x) for x in args.seeds.split(",")],
-        specs=[s.strip() for s in args.schedulers.split(",") if s.strip()],
-        workers=args.workers,
-        full=args.full,
-        skip_predictor=args.skip_predictor,
-    )
+    try:
+        summary = reproduce(
+            out=args.out,
+            episodes=args.episodes,
+            loads=[float(x) for x in args.loads.split(",")],
+            seeds=[int(x) for x in args.seeds.split(",")],
+            specs=[s.strip() for s in args.schedulers.split(",") if s.strip()],
+            workers=args.workers,
+            full=args.full,
+            skip_predictor=args.skip_predictor,
+        )
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     print("\n" + summary)
     return 0

@@ -1,0 +1,87 @@
+"""`mara reproduce --full` retrains through library calls; no default writes into the package."""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+from pathlib import Path
+
+import pytest
+import yaml
+
+from mara_env.config import ConfigError
+from tests.conftest import SMALL
+
+ROOT = Path(__file__).parents[1]
+PACKAGES = ("mara_env", "mara_agents", "flow_predictor", "mara_traces")
+
+
+def _inside_a_package(path: str) -> bool:
+    resolved = (ROOT / path).resolve()
+    return any(resolved.is_relative_to(ROOT / p) for p in PACKAGES)
+
+
+def _out_defaults(parser: argparse.ArgumentParser, where: str) -> list[tuple[str, str]]:
+    found = []
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                found += _out_defaults(sub, f"{where} {name}")
+        elif "out" in action.dest and isinstance(action.default, str):
+            found.append((f"{where} {action.option_strings[0]}", action.default))
+    return found
+
+
+def test_no_default_output_is_inside_the_package() -> None:
+    from flow_predictor.train import TrainConfig
+    from mara_agents.cli import COMMANDS, build_parser
+    from mara_agents.reproduce import reproduce
+    from mara_agents.train import train
+
+    defaults = [("TrainConfig.out", TrainConfig().out)]
+    for f in (reproduce, train):
+        defaults += [(f"{f.__name__}(out=)", inspect.signature(f).parameters["out"].default)]
+    for name in COMMANDS:
+        defaults += _out_defaults(build_parser([name]), "mara")
+    assert any(where.startswith("mara predictor train") for where, _ in defaults)
+    inside = [(where, d) for where, d in defaults if _inside_a_package(d)]
+    assert not inside, f"default outputs inside the installed package: {inside}"
+
+
+def test_retrain_calls_the_library_from_any_directory(tmp_path, monkeypatch) -> None:
+    """The recipe is cloned, exported and the predictor trained, all under ``out``."""
+    from flow_predictor.train import TrainConfig
+    from mara_agents.policy import load_policy
+    from mara_agents.reproduce import retrain
+
+    recipe = tmp_path / "recipes" / "tiny.yaml"
+    recipe.parent.mkdir()
+    recipe.write_text(
+        yaml.safe_dump(
+            {
+                "name": "tiny",
+                "env": {k: v for k, v in SMALL.items() if v is not None},
+                "model": {"hidden": 16, "heads": 2, "critic_hidden": 16},
+                "pretrain": {"scheduler": "uniform", "episodes": 1, "epochs": 1},
+            }
+        )
+    )
+    predictor = TrainConfig(
+        epochs=1, prefixes_per_trace=2, hidden=16, depth=1, cond_hidden=8, val_samples=2
+    )
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    out = tmp_path / "results"
+    policy = retrain(out, recipe=recipe, predictor=predictor)
+    assert policy == out / "retrained" / "tiny.pt"
+    assert load_policy(policy).meta["env"]["num_nodes"] == SMALL["num_nodes"]
+    assert (out / "retrained" / "flow.pt").is_file()
+    assert (out / "retrained" / "train" / "tiny_pretrain_bc.pt").is_file()
+    assert not any(elsewhere.iterdir())  # nothing written relative to the cwd
+    assert retrain(out, recipe=recipe, predictor=predictor) == policy  # resumes
+    recipe.write_text(recipe.read_text().replace("epochs: 1", "epochs: 2"))
+    with pytest.raises(ConfigError, match=r"pretrain.epochs: 1 -> 2"):
+        retrain(out, recipe=recipe, predictor=predictor)  # the saved clone is stale
+    with pytest.raises(ConfigError, match="needs a source checkout"):
+        retrain(out, recipe=tmp_path / "missing.yaml")
