@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 import yaml
 
 from mara_agents.experiment import load_experiment
@@ -124,3 +125,69 @@ def test_resume_continues_after_a_kill(tmp_path: Path) -> None:
     assert its[-1] == 3
     # The counter continues from the checkpoint instead of starting again at 1.
     assert its.count(1) == 1 and its == sorted(its)
+    # A changed YAML is refused, naming what changed, before anything runs.
+    assert (out / "mara_smoke" / "experiment.yaml").is_file()
+    data["stop"] = {"training_iteration": 5}
+    path.write_text(yaml.safe_dump(data))
+    changed = subprocess.run(
+        [*cmd, "--resume"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert changed.returncode == 2
+    assert "stop.training_iteration: 3 -> 5" in changed.stderr
+    assert len(changed.stderr.strip().splitlines()) == 1
+    assert _iterations(trial) == its
+
+
+def _bad_input(tmp_path: Path, args: list[str], capsys: pytest.CaptureFixture) -> str:
+    """``mara train ARGS`` fails with one line on stderr, before Ray, writing nothing."""
+    import ray
+
+    from mara_agents.cli import main
+
+    before = sorted(tmp_path.rglob("*"))
+    assert main(["train", *args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and "\n" not in err
+    assert not ray.is_initialized()
+    assert sorted(tmp_path.rglob("*")) == before  # nothing half-written
+    return err
+
+
+@pytest.mark.parametrize(
+    ("override", "words"),
+    [
+        ({"model": {"hidden": "sixteen"}}, ["model.hidden='sixteen'", "positive integer"]),
+        ({"rllib": {"training": {"num_epochs": -3}}}, ["rllib.training.num_epochs=-3"]),
+        ({"env": {"traces": "missing.parquet"}}, ["env.traces='missing.parquet'", "no such"]),
+        ({"name": ".."}, ["name='..'", "run name"]),
+        ({"name": "/tmp/escape"}, ["name='/tmp/escape'"]),
+        ({"name": "a/../../b"}, ["name='a/../../b'"]),
+    ],
+)
+def test_bad_yaml_values_stop_at_the_door(
+    tmp_path: Path, capsys: pytest.CaptureFixture, override: dict, words: list[str]
+) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump({"base": str(SMOKE), **override}))
+    err = _bad_input(tmp_path, [str(path), "--out", str(tmp_path / "runs")], capsys)
+    assert "bad.yaml" in err
+    for w in words:
+        assert w in err
+
+
+def test_bad_files_and_out_stop_at_the_door(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    rand = tmp_path / "rand.yaml"
+    rand.write_bytes(bytes(range(256)) * 8)
+    err = _bad_input(tmp_path, [str(rand), "--out", str(tmp_path / "runs")], capsys)
+    assert "rand.yaml: not a text file" in err
+    file = tmp_path / "file"
+    file.write_text("")
+    for out in (file, file / "sub"):
+        err = _bad_input(tmp_path, [str(SMOKE), "--out", str(out)], capsys)
+        assert f"{file} is a file; expected a directory" in err
+    err = _bad_input(tmp_path, [str(SMOKE), "--out", str(tmp_path / "r"), "--resume"], capsys)
+    assert "nothing to resume" in err
+    err = _bad_input(
+        tmp_path, [str(SMOKE), "--out", str(tmp_path / "r"), "--pretrain-only"], capsys
+    )
+    assert "pretrain.episodes > 0" in err
