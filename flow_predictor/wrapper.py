@@ -48,6 +48,8 @@ PREDICTOR_FEATURES = (
     "pred_share",  # fair_share of the visible slots up to those needs / cap (flow_share's count)
 )
 QUANTILES = (0.1, 0.5, 0.9)
+_PRED = {name: i for i, name in enumerate(PREDICTOR_FEATURES)}  # column of each feature
+_QUANTILE_COLUMNS = [_PRED["pred_q10"], _PRED["pred_q50"], _PRED["pred_q90"]]  # of QUANTILES
 LIMIT = 10.0
 # confident_nodes: the SAFE_QUANTILE of remaining work must fit SAFE_SLACK ticks early.
 SAFE_QUANTILE = 0.9
@@ -167,6 +169,7 @@ class PredictorFeatures(BaseWrapper):
             }
         )
         self.observation_spaces = {a: space for a in env.possible_agents}
+        self.state_space = space["state"]
         self._key: tuple[int, int] | None = None
         self._extra = np.zeros((self.num_slots, len(PREDICTOR_FEATURES)), np.float32)
 
@@ -236,15 +239,15 @@ class PredictorFeatures(BaseWrapper):
             all_qs = rw.quantiles(levels)  # one sort for the features and flow_share's levels
             qs = all_qs[:, : len(QUANTILES)]
             with np.errstate(over="ignore", invalid="ignore"):
-                extra[: len(tasks), :3] = np.log1p(qs / ref[:, None]) / 2.0
-            extra[: len(tasks), 3] = rw.prob_within(now)
-            extra[: len(tasks), 4] = rw.prob_within(cap)
-            extra[: len(tasks), 5] = rw.fallback
+                extra[: len(tasks), _QUANTILE_COLUMNS] = np.log1p(qs / ref[:, None]) / 2.0
+            extra[: len(tasks), _PRED["p_deadline_now"]] = rw.prob_within(now)
+            extra[: len(tasks), _PRED["p_deadline_cap"]] = rw.prob_within(cap)
+            extra[: len(tasks), _PRED["pred_fallback"]] = rw.fallback
             # slots are in deadline order, as flow_share's round-robin
             known = {q: all_qs[:, j] for j, q in enumerate(levels)}
             need, share = flow_share_counts(sim, tasks, rw, qs=known)
-            extra[: len(tasks), 6] = need / wl.cap[tasks]
-            extra[: len(tasks), 7] = share / wl.cap[tasks]
+            extra[: len(tasks), _PRED["pred_nodes_needed"]] = need / wl.cap[tasks]
+            extra[: len(tasks), _PRED["pred_share"]] = share / wl.cap[tasks]
         # Unknown (nan) predictions read as 0 with the fallback flag set; "never" as the limit.
         self._extra = nan_clip(extra, -LIMIT, LIMIT)
         return self._extra

@@ -27,23 +27,34 @@ NODE_FEATURES = (
 )
 SLOT_FEATURES = (
     "occupied",  # 1 if the slot holds a task (all others are 0 when not)
-    "log_loss_ratio",  # log(reported loss / target), clipped to [-5, 5]
+    "log_loss_ratio",  # log(reported loss / target), clipped to +-LOG_RATIO_LIMIT
     "slope",  # d log loss / d log work over the last 4 reports, clipped to [-5, 1]
     "progress",  # log(L0 / L) / log(L0 / target) in [0, 1]
-    "service",  # work done / (rate * n_ref**alpha) / 20: reference ticks of service
-    "time_left",  # (deadline - t) / 20
-    "age",  # (t - arrival) / 20
+    "service",  # work done / (rate * n_ref**alpha) / TICK_SCALE: reference ticks of service
+    "time_left",  # (deadline - t) / TICK_SCALE
+    "age",  # (t - arrival) / TICK_SCALE
     "nodes_now",  # nodes that served the task in the last tick / cap
     "nodes_chosen",  # nodes that chose it so far in this round / cap
     "nodes_pending",  # nodes that served it in the last tick and have not chosen yet / cap
-    "cap",  # parallelism cap / 8
+    "cap",  # parallelism cap / CAP_SCALE
     "alpha",  # speed-up exponent
     "is_mine",  # 1 if this node served the task in the last tick (no warm-up cost)
 )
-QUEUE_FEATURES = ("queue_count", "queue_time_left", "queue_progress", "queue_cap")
-OBS_LIMIT = 10.0
+QUEUE_FEATURES = (
+    "queue_count",  # active tasks beyond the K visible slots / K
+    "queue_time_left",  # their mean (deadline - t) / TICK_SCALE
+    "queue_progress",  # their mean progress
+    "queue_cap",  # their mean parallelism cap / CAP_SCALE
+)
+OBS_LIMIT = 10.0  # every feature is clipped to [-OBS_LIMIT, OBS_LIMIT]
+TICK_SCALE = 20.0  # durations (ticks) are given in units of TICK_SCALE ticks
+CAP_SCALE = 8.0  # node counts of a parallelism cap are given in units of CAP_SCALE nodes
+LOG_RATIO_LIMIT = 5.0  # log_loss_ratio is clipped to [-LOG_RATIO_LIMIT, LOG_RATIO_LIMIT]
 
+# Column of each feature in its table (node row, slot row, queue summary).
+_NODE = {name: i for i, name in enumerate(NODE_FEATURES)}
 _SLOT = {name: i for i, name in enumerate(SLOT_FEATURES)}
+_QUEUE = {name: i for i, name in enumerate(QUEUE_FEATURES)}
 
 
 @functools.lru_cache(maxsize=8)
@@ -77,11 +88,17 @@ class ClusterEngine:
             }
         )
         self.action_space = spaces.Discrete(k + 1)
-        # flat positions of the per-node slot columns inside observation/state
-        rows = len(NODE_FEATURES) + np.arange(k) * len(SLOT_FEATURES)
-        self._chosen_at = rows + _SLOT["nodes_chosen"]
-        self._pending_at = rows + _SLOT["nodes_pending"]
-        self._mine_at = rows + _SLOT["is_mine"]
+        # Flat positions, inside ``state`` (``observation`` is its prefix), of the slot
+        # columns that change while a round goes on; lists: indexed one at a time.
+        self._node_dim = len(NODE_FEATURES)
+        rows = self._node_dim + np.arange(k) * len(SLOT_FEATURES)
+        self._chosen_at = (rows + _SLOT["nodes_chosen"]).tolist()
+        self._pending_at = (rows + _SLOT["nodes_pending"]).tolist()
+        self._mine_at = (rows + _SLOT["is_mine"]).tolist()
+        # Node features that never change: each node's place in the decision round.
+        self._node_template = np.zeros((n, self._node_dim), np.float32)
+        self._node_template[:, _NODE["agent_position"]] = np.arange(n) / n
+        self._node_template[:, _NODE["nodes_after"]] = (n - 1 - np.arange(n)) / n
 
     # ---- lifecycle -------------------------------------------------------------
     def reset(self, seed: int | None) -> None:
@@ -102,41 +119,44 @@ class ClusterEngine:
 
     def _begin_round(self, phi: float | None = None) -> None:
         cfg, sim = self.config, self.sim
-        wl = sim.workload
+        wl, k, n = sim.workload, cfg.num_slots, cfg.num_nodes
         act = sim.active()
-        order = np.lexsort((act, wl.arrival[act], wl.deadline[act]))
-        self.slot_tasks = np.full(cfg.num_slots, -1, np.int64)
-        visible = act[order][: cfg.num_slots]
+        ranked = act[np.lexsort((act, wl.arrival[act], wl.deadline[act]))]
+        visible, self.queued = ranked[:k], ranked[k:]
+        self.slot_tasks = np.full(k, -1, np.int64)
         self.slot_tasks[: len(visible)] = visible
-        self.queued = act[order][cfg.num_slots :]
-        self.slot_cap = np.zeros(cfg.num_slots, np.int64)
+        self.slot_cap = np.zeros(k, np.int64)
         self.slot_cap[: len(visible)] = wl.cap[visible]
-        self.chosen = np.zeros(cfg.num_slots, np.int64)
+        self.chosen = np.zeros(k, np.int64)
         # slot of the task each node served in the last tick (-1: none or not visible),
         # and per slot how many of those nodes have not chosen yet in this round
         slot_of = np.full(len(wl.cap) + 1, -1, np.int64)  # the last entry serves idle (-1)
         slot_of[visible] = np.arange(len(visible))
         self._node_slot = slot_of[sim.node_task]
-        self.pending = np.bincount(
-            self._node_slot[self._node_slot >= 0], minlength=cfg.num_slots
-        ).astype(np.int64)
-        self.assign = np.full(cfg.num_nodes, -1, np.int64)
-        self._mask = np.ones(cfg.num_slots + 1, np.int8)
+        self.pending = np.bincount(self._node_slot[self._node_slot >= 0], minlength=k)
+        self.assign = np.full(n, -1, np.int64)
+        self._mask = np.ones(k + 1, np.int8)
         self._mask[:-1] = self.slot_tasks >= 0
         self._inv_cap = 1.0 / np.maximum(self.slot_cap, 1)
-        # Everything that does not depend on the acting node is computed once a round;
-        # observe() then only fills in the node's own features and the round's choices.
-        n_node = len(NODE_FEATURES)
-        base = np.zeros(self.state_dim, np.float32)
-        base[4:8] = [
-            (sim.node_task >= 0).mean(),
-            (len(visible) + len(self.queued)) / cfg.num_slots,
-            len(self.queued) / cfg.num_slots,
-            sim.t / cfg.horizon,
-        ]
-        base[n_node : self.obs_dim] = self._slot_matrix(visible).ravel()
-        base[self.obs_dim :] = self._queue_features()
-        self._base = np.clip(base, -OBS_LIMIT, OBS_LIMIT)  # the one clip of the round
+        # Everything is computed once a round: every node's own features (one row per
+        # node), and the shared part of ``state``, which act() keeps up to date with the
+        # round's choices; observe() then copies the shared part and adds the node's row.
+        busy = sim.node_task >= 0
+        nodes = self._node_template.copy()
+        nodes[:, _NODE["has_task"]] = busy
+        nodes[:, _NODE["task_visible"]] = self._node_slot >= 0
+        # all >= 0; the counts of tasks and the time can exceed the limit
+        nodes[:, _NODE["utilisation"]] = np.count_nonzero(busy) / n
+        nodes[:, _NODE["active_tasks"]] = min(len(ranked) / k, OBS_LIMIT)
+        nodes[:, _NODE["queued_tasks"]] = min(len(self.queued) / k, OBS_LIMIT)
+        nodes[:, _NODE["time"]] = min(sim.t / cfg.horizon, OBS_LIMIT)
+        self._nodes = nodes
+        shared = np.zeros(self.state_dim, np.float32)
+        shared[self._node_dim : self.obs_dim] = self._slot_matrix(visible).ravel()
+        shared[self.obs_dim :] = self._queue_features()
+        np.clip(shared, -OBS_LIMIT, OBS_LIMIT, out=shared)
+        shared[self._pending_at] = self.pending * self._inv_cap  # nodes_chosen: all 0
+        self._shared = shared
         self.phi = sim.potential() if phi is None else phi
 
     def _slot_matrix(self, tasks: np.ndarray) -> np.ndarray:
@@ -149,16 +169,29 @@ class ClusterEngine:
         n_ref = np.minimum(wl.cap[tasks], cfg.ref_nodes)
         ref_rate = wl.rate[tasks] * n_ref ** wl.alpha[tasks]
         log_loss = np.log(np.maximum(sim.reported[tasks], LOSS_FLOOR))
+        log_ratio = log_loss - sim._log_target[tasks]
         f[:s, _SLOT["occupied"]] = 1.0
-        f[:s, _SLOT["log_loss_ratio"]] = np.clip(log_loss - sim._log_target[tasks], -5, 5)
+        f[:s, _SLOT["log_loss_ratio"]] = np.clip(log_ratio, -LOG_RATIO_LIMIT, LOG_RATIO_LIMIT)
         f[:s, _SLOT["slope"]] = sim.slope[tasks]
         f[:s, _SLOT["progress"]] = sim.progress(tasks)
-        f[:s, _SLOT["service"]] = sim.work[tasks] / ref_rate / 20.0
-        f[:s, _SLOT["time_left"]] = (wl.deadline[tasks] - t) / 20.0
-        f[:s, _SLOT["age"]] = (t - wl.arrival[tasks]) / 20.0
+        f[:s, _SLOT["service"]] = sim.work[tasks] / ref_rate / TICK_SCALE
+        f[:s, _SLOT["time_left"]] = (wl.deadline[tasks] - t) / TICK_SCALE
+        f[:s, _SLOT["age"]] = (t - wl.arrival[tasks]) / TICK_SCALE
         f[:s, _SLOT["nodes_now"]] = sim.nodes_now[tasks] / wl.cap[tasks]
-        f[:s, _SLOT["cap"]] = wl.cap[tasks] / 8.0
+        f[:s, _SLOT["cap"]] = wl.cap[tasks] / CAP_SCALE
         f[:s, _SLOT["alpha"]] = wl.alpha[tasks]
+        return f
+
+    def _queue_features(self) -> np.ndarray:
+        f = np.zeros(len(QUEUE_FEATURES), np.float32)
+        q = self.queued
+        if not len(q):
+            return f
+        wl = self.sim.workload
+        f[_QUEUE["queue_count"]] = len(q) / self.config.num_slots
+        f[_QUEUE["queue_time_left"]] = np.mean(wl.deadline[q] - self.sim.t) / TICK_SCALE
+        f[_QUEUE["queue_progress"]] = np.mean(self.sim.progress(q))
+        f[_QUEUE["queue_cap"]] = np.mean(wl.cap[q]) / CAP_SCALE
         return f
 
     # ---- per-node views ------------------------------------------------------------
@@ -166,44 +199,32 @@ class ClusterEngine:
         """Action mask (int8) for the node about to choose in this round."""
         return self._mask.copy()
 
+    def state(self, i: int) -> np.ndarray:
+        """Global state as node ``i`` sees it, given the choices made so far in this round."""
+        state = self._shared.copy()
+        state[: self._node_dim] = self._nodes[i]
+        s = self._node_slot[i]
+        if s >= 0:
+            state[self._mine_at[s]] = 1.0
+        return state
+
     def observe(self, i: int) -> dict[str, np.ndarray]:
         """Observation of node ``i`` given the choices made so far in this round."""
-        n = self.config.num_nodes
-        mine = self.sim.node_task[i]
-        state = self._base.copy()
-        state[self._chosen_at] = self.chosen * self._inv_cap
-        state[self._pending_at] = self.pending * self._inv_cap
-        if mine >= 0:
-            is_mine = self.slot_tasks == mine
-            state[self._mine_at] = is_mine
-            state[:2] = 1.0, float(is_mine.any())
-        state[2:4] = i / n, (n - 1 - i) / n
+        state = self.state(i)
         return {
             "observation": state[: self.obs_dim].copy(),
             "action_mask": self._mask.copy(),
             "state": state,
         }
 
-    def _queue_features(self) -> np.ndarray:
-        q = self.queued
-        if not len(q):
-            return np.zeros(len(QUEUE_FEATURES), np.float32)
-        wl = self.sim.workload
-        feats = [
-            len(q) / self.config.num_slots,
-            np.mean(wl.deadline[q] - self.sim.t) / 20.0,
-            np.mean(self.sim.progress(q)),
-            np.mean(wl.cap[q]) / 8.0,
-        ]
-        return np.asarray(feats, np.float32)
-
     # ---- acting ------------------------------------------------------------------
-    def act(self, i: int, action: Any) -> dict[str, Any] | None:
-        """Record node ``i``'s choice; returns an info entry if it was masked out."""
+    def check_action(self, i: int, action: Any) -> int:
+        """``action`` of node ``i`` as an int; :class:`InvalidActionError` if it is not in
+        the action space (the message names the node and the value)."""
         k = self.config.num_slots
         try:
             a = int(action)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):
             raise InvalidActionError(
                 f"node_{i}: action {action!r} is not an integer in [0, {k}]"
             ) from None
@@ -211,22 +232,30 @@ class ClusterEngine:
             raise InvalidActionError(
                 f"node_{i}: action {action!r} is outside the action space Discrete({k + 1})"
             )
-        if a < k and not self._mask[a] and self.config.strict:
+        return a
+
+    def act(self, i: int, action: Any) -> dict[str, Any] | None:
+        """Record node ``i``'s choice; returns an info entry if it was masked out."""
+        a = self.check_action(i, action)
+        k, mask = self.config.num_slots, self._mask
+        if a < k and not mask[a] and self.config.strict:
             raise InvalidActionError(
                 f"node_{i}: action {a} is masked out (mask {self.mask().tolist()}); "
                 f"slot {a} is {'empty' if self.slot_tasks[a] < 0 else 'at its parallelism cap'}"
             )
-        if self._node_slot[i] >= 0:
-            self.pending[self._node_slot[i]] -= 1
+        s = self._node_slot[i]
+        if s >= 0:
+            self.pending[s] -= 1
+            self._shared[self._pending_at[s]] = self.pending[s] * self._inv_cap[s]
         if a == k:
             return None
-        if self._mask[a]:
+        if mask[a]:
             self.chosen[a] += 1
+            self._shared[self._chosen_at[a]] = self.chosen[a] * self._inv_cap[a]
             self.assign[i] = self.slot_tasks[a]
             if self.chosen[a] >= self.slot_cap[a]:
-                self._mask[a] = 0
+                mask[a] = 0
             return None
-        mask = self.mask()
         self.invalid_counts[i] += 1
         self.last_invalid[i] = {"asked": a, "mask": mask.tolist()}
         return {"masked_action": a, "masked_actions_total": int(self.invalid_counts[i])}
@@ -289,6 +318,7 @@ def _setup(
     env.config = _make_config(config, kwargs)
     env.engine = ClusterEngine(env.config, trace_set)
     env.possible_agents = list(env.engine.agents)
+    env.state_space = env.engine.observation_space["state"]
 
 
 def _render(env: Any) -> str | None:
@@ -389,7 +419,7 @@ class raw_env(AECEnv):
         return self.engine.observe(self._index[agent])
 
     def state(self) -> np.ndarray:
-        return self.engine.observe(self._index[self.agent_selection])["state"]
+        return self.engine.state(self._index[self.agent_selection])
 
     def step(self, action: Any) -> None:
         agent = self.agent_selection
@@ -459,7 +489,7 @@ class parallel_raw_env(ParallelEnv):
         return {a: self.engine.observe(i) for i, a in enumerate(self.agents)}
 
     def state(self) -> np.ndarray:
-        return self.engine.observe(0)["state"]
+        return self.engine.state(0)
 
     def step(self, actions: dict[str, Any]):
         infos: dict[str, dict[str, Any]] = {a: {} for a in self.agents}
@@ -482,11 +512,46 @@ class parallel_raw_env(ParallelEnv):
         return _render(self)
 
 
+class _ActionCheck(wrappers.AssertOutOfBoundsWrapper):
+    """PettingZoo's out-of-bounds check with the env's own error: an action outside the
+    action space raises :class:`InvalidActionError` naming the agent and the value (the
+    standard wrapper raises a bare ``AssertionError``, or ``OverflowError`` for ``2**70``)."""
+
+    def __init__(self, env: raw_env) -> None:
+        super().__init__(env)
+        self._raw = env
+
+    def step(self, action: Any) -> None:
+        raw = self._raw
+        agent = raw.agent_selection
+        # None is the only action of a dead agent; anything else there is raw_env's error.
+        if not (raw.terminations[agent] or raw.truncations[agent]):
+            raw.engine.check_action(raw._index[agent], action)
+        raw.step(action)
+
+
+class _OrderEnforcing(wrappers.OrderEnforcingWrapper):
+    """PettingZoo's order enforcement.  Once reset, ``last()`` and public attributes are
+    read from the raw env directly: the wrapper below adds no attribute and does not
+    change observations, and the chain through each wrapper's ``__getattr__`` otherwise
+    costs more than a step of the env itself."""
+
+    def __init__(self, env: _ActionCheck) -> None:
+        super().__init__(env)
+        self._raw = env.unwrapped
+
+    def __getattr__(self, name: str) -> Any:
+        if self.__dict__.get("_has_reset") and not name.startswith("_"):
+            return getattr(self._raw, name)
+        return super().__getattr__(name)
+
+    def last(self, observe: bool = True) -> tuple[Any, float, bool, bool, dict[str, Any]]:
+        return self._raw.last(observe) if self._has_reset else super().last(observe)
+
+
 def env(**kwargs: Any) -> AECEnv:
     """The AEC environment wrapped in PettingZoo's standard wrappers."""
-    e = raw_env(**kwargs)
-    e = wrappers.AssertOutOfBoundsWrapper(e)
-    return wrappers.OrderEnforcingWrapper(e)
+    return _OrderEnforcing(_ActionCheck(raw_env(**kwargs)))
 
 
 def parallel_env(**kwargs: Any) -> ParallelEnv:

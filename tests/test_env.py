@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import functools
+import re
 import types
 
 import numpy as np
 import pettingzoo
 import pytest
-from pettingzoo.test import api_test, max_cycles_test, parallel_api_test, seed_test
+from pettingzoo.test import api_test, max_cycles_test, parallel_api_test, seed_test, state_test
 from pettingzoo.test.seed_test import parallel_seed_test
 
 import mara_env
@@ -89,7 +90,7 @@ def test_masked_action_counts_as_idle_and_is_reported():
 def test_nodes_pending_counts_the_task_nodes_still_to_choose():
     """Slot feature nodes_pending * cap = nodes that served the slot's task in the last
     tick and have not acted yet in this round (the acting node included)."""
-    from mara_env.cluster_env import SLOT_FEATURES
+    from mara_env.cluster_env import CAP_SCALE, SLOT_FEATURES
 
     e = raw_env(**{**SMALL, "num_slots": 8})
     e.reset(seed=1)
@@ -108,7 +109,7 @@ def test_nodes_pending_counts_the_task_nodes_still_to_choose():
         later = engine.sim.node_task[i:]
         for s, task in enumerate(engine.slot_tasks):
             expected = int((later == task).sum()) if task >= 0 else 0
-            assert round(float(slots[s, pend] * slots[s, cap] * 8)) == expected
+            assert round(float(slots[s, pend] * slots[s, cap] * CAP_SCALE)) == expected
             seen += expected
         e.step(int(rng.choice(np.flatnonzero(obs["action_mask"]))))
     assert seen > 0
@@ -128,12 +129,71 @@ def test_strict_mode_raises_naming_agent_action_and_mask():
     pytest.fail("no masked slot seen")
 
 
-@pytest.mark.parametrize("action", [-1, 99, 1.5, "x", None])
+OUTSIDE = [-1, 99, 2**70, 1.5, float("inf"), float("nan"), "x", None]
+
+
+@pytest.mark.parametrize("action", OUTSIDE, ids=repr)
 def test_action_outside_space_always_raises(action):
     e = raw_env(**SMALL)
     e.reset(seed=0)
-    with pytest.raises(InvalidActionError, match="node_0"):
+    with pytest.raises(InvalidActionError, match=r"^node_0: action .* (outside|not an integer)"):
         e.step(action)
+
+
+@pytest.mark.parametrize("make", ["env", "pettingzoo.make"])
+@pytest.mark.parametrize("action", OUTSIDE, ids=repr)
+def test_wrapped_env_raises_the_raw_envs_error_for_actions_outside_space(make, action):
+    """Through the standard wrappers too: the agent and the value are named (PettingZoo's
+    own assertion names neither, and 2**70 overflows there)."""
+    e = env(**SMALL) if make == "env" else pettingzoo.make("aec", mara_env.ENV_ID, **SMALL)
+    e.reset(seed=0)
+    e.step(len(e.last()[0]["action_mask"]) - 1)  # node_0 idles; node_1 is next
+    with pytest.raises(InvalidActionError, match=rf"^node_1: action {re.escape(repr(action))}"):
+        e.step(action)
+    assert e.agent_selection == "node_1"  # nothing happened
+
+
+def test_wrapped_env_gives_the_raw_envs_episode():
+    """The wrapped env reads the raw env directly after reset (a speed-up): same
+    observations, rewards and ends, and the standard errors before reset."""
+    wrapped, raw = env(**SMALL), raw_env(**SMALL)
+    with pytest.raises(AttributeError, match="before reset"):
+        wrapped.last()
+    with pytest.raises(AttributeError, match="before reset"):
+        _ = wrapped.agent_selection
+    rng = np.random.default_rng(0)
+    wrapped.reset(seed=5)
+    raw.reset(seed=5)
+    for agent in wrapped.agent_iter():
+        assert agent == raw.agent_selection
+        (obs, r, term, trunc, info), expected = wrapped.last(), raw.last()
+        for key in obs:
+            assert obs[key].tobytes() == expected[0][key].tobytes()
+        assert (r, term, trunc, info) == expected[1:]
+        assert wrapped.state().tobytes() == raw.state().tobytes()
+        action = None if term or trunc else int(rng.choice(np.flatnonzero(obs["action_mask"])))
+        wrapped.step(action)
+        raw.step(action)
+    assert raw.agents == [] and wrapped.agents == []
+
+
+def test_pettingzoo_state_test_passes():
+    state_test(env(**SMALL), parallel_env(**SMALL), num_cycles=100)
+    e = raw_env(**SMALL)
+    assert e.state_space is e.engine.observation_space["state"]
+
+
+def test_module_and_factory_are_both_reachable():
+    """``mara_env.env`` is the factory; the module it lives in is ``mara_env.cluster_env``."""
+    import pydoc
+
+    import mara_env.cluster_env
+
+    assert "Compute-cluster scheduling" in pydoc.render_doc(mara_env.cluster_env.raw_env)
+    assert mara_env.env is mara_env.cluster_env.env
+    e = mara_env.env(**SMALL)
+    e.reset(seed=0)
+    assert e.agent_selection == "node_0"
 
 
 def test_parallel_collision_is_idle_and_reported():

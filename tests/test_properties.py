@@ -86,3 +86,106 @@ def test_parallel_shaped_return_equals_completions(cfg, seed):
     sim = p.engine.sim
     assert abs(total - int((sim.status == DONE).sum())) < 1e-9
     assert p.engine.invalid_counts.sum() >= 0
+
+
+def _reference_state(e, i: int, chosen: dict[int, int]) -> tuple[np.ndarray, np.ndarray]:
+    """(state, mask) of node ``i`` recomputed from the simulator by each feature's definition
+    in the env's docstring; ``chosen``: task -> nodes that chose it earlier in this round."""
+    from mara_env.cluster_env import (
+        CAP_SCALE,
+        LOG_RATIO_LIMIT,
+        NODE_FEATURES,
+        OBS_LIMIT,
+        QUEUE_FEATURES,
+        SLOT_FEATURES,
+        TICK_SCALE,
+    )
+    from mara_env.traces import LOSS_FLOOR
+
+    cfg, sim = e.config, e.engine.sim
+    wl, t, n, k = sim.workload, sim.t, cfg.num_nodes, cfg.num_slots
+    active = sorted(
+        np.flatnonzero(sim.status == ACTIVE), key=lambda j: (wl.deadline[j], wl.arrival[j], j)
+    )
+    slots, queued = active[:k], active[k:]
+    mine = sim.node_task[i]
+    node = {
+        "has_task": mine >= 0,
+        "task_visible": mine >= 0 and mine in slots,
+        "agent_position": i / n,
+        "nodes_after": (n - 1 - i) / n,
+        "utilisation": np.mean(sim.node_task >= 0),
+        "active_tasks": len(active) / k,
+        "queued_tasks": len(queued) / k,
+        "time": t / cfg.horizon,
+    }
+    rows = np.zeros((k, len(SLOT_FEATURES)))
+    mask = np.zeros(k + 1, np.int8)
+    mask[k] = 1
+    for s, j in enumerate(slots):
+        cap = wl.cap[j]
+        ref_rate = wl.rate[j] * min(cap, cfg.ref_nodes) ** wl.alpha[j]
+        log_ratio = np.log(max(sim.reported[j], LOSS_FLOOR)) - np.log(max(wl.target[j], LOSS_FLOOR))
+        row = {
+            "occupied": 1.0,
+            "log_loss_ratio": np.clip(log_ratio, -LOG_RATIO_LIMIT, LOG_RATIO_LIMIT),
+            "slope": sim.slope[j],
+            "progress": sim.progress(np.array([j]))[0],
+            "service": sim.work[j] / ref_rate / TICK_SCALE,
+            "time_left": (wl.deadline[j] - t) / TICK_SCALE,
+            "age": (t - wl.arrival[j]) / TICK_SCALE,
+            "nodes_now": sim.nodes_now[j] / cap,
+            "nodes_chosen": chosen.get(j, 0) / cap,
+            "nodes_pending": np.sum(sim.node_task[i:] == j) / cap,
+            "cap": cap / CAP_SCALE,
+            "alpha": wl.alpha[j],
+            "is_mine": float(mine == j),
+        }
+        rows[s] = [row[f] for f in SLOT_FEATURES]
+        mask[s] = chosen.get(j, 0) < cap
+    queue = dict.fromkeys(QUEUE_FEATURES, 0.0)
+    if queued:
+        q = np.array(queued)
+        queue = {
+            "queue_count": len(q) / k,
+            "queue_time_left": np.mean(wl.deadline[q] - t) / TICK_SCALE,
+            "queue_progress": np.mean(sim.progress(q)),
+            "queue_cap": np.mean(wl.cap[q]) / CAP_SCALE,
+        }
+    state = np.concatenate(
+        [[node[f] for f in NODE_FEATURES], rows.ravel(), [queue[f] for f in QUEUE_FEATURES]]
+    )
+    return np.clip(state, -OBS_LIMIT, OBS_LIMIT).astype(np.float32), mask
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cfg=configs, seed=st.integers(0, 2**31 - 1), p_invalid=st.floats(0, 0.5))
+def test_every_feature_matches_its_definition(cfg, seed, p_invalid):
+    """The env computes features once a round and updates them as nodes choose; every
+    observation equals the features recomputed from the simulator by their definitions."""
+    e = raw_env(**{**SMALL, **cfg})
+    e.reset(seed=seed)
+    rng = np.random.default_rng(seed)
+    chosen: dict[int, int] = {}
+    t = e.engine.sim.t
+    for agent in e.agent_iter(600):
+        obs, _, term, trunc, _ = e.last()
+        if term or trunc:
+            e.step(None)
+            continue
+        if e.engine.sim.t != t:
+            chosen, t = {}, e.engine.sim.t
+        i = e.possible_agents.index(agent)
+        state, mask = _reference_state(e, i, chosen)
+        np.testing.assert_allclose(obs["state"], state, rtol=1e-6, atol=1e-6)
+        np.testing.assert_array_equal(obs["observation"], obs["state"][: len(obs["observation"])])
+        np.testing.assert_array_equal(obs["action_mask"], mask)
+        np.testing.assert_array_equal(e.state(), obs["state"])
+        if rng.random() < p_invalid:
+            action = int(rng.integers(len(mask)))
+        else:
+            action = int(rng.choice(np.flatnonzero(mask)))
+        slot_task = e.engine.slot_tasks[action] if action < len(mask) - 1 else -1
+        e.step(action)
+        if slot_task >= 0 and "masked_action" not in e.infos[agent]:
+            chosen[slot_task] = chosen.get(slot_task, 0) + 1

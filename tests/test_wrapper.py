@@ -7,12 +7,12 @@ import functools
 import numpy as np
 import pytest
 import torch
-from pettingzoo.test import api_test, seed_test
+from pettingzoo.test import api_test, seed_test, state_test
 
 from flow_predictor.checkpoint import load_predictor
 from flow_predictor.wls import WLSPredictor
 from flow_predictor.wrapper import PREDICTOR_FEATURES, PredictorFeatures, confident_nodes
-from mara_env.cluster_env import SLOT_FEATURES, env
+from mara_env.cluster_env import CAP_SCALE, SLOT_FEATURES, env, parallel_env
 
 torch.set_num_threads(1)
 SMALL = {"num_nodes": 4, "num_slots": 3, "horizon": 20}
@@ -49,6 +49,13 @@ def test_api_test_with_shipped_flow(flow):
 
 def test_seed_test_with_shipped_flow(flow):
     seed_test(functools.partial(wrapped, flow), num_cycles=60)
+
+
+def test_state_test_with_wls_features():
+    """The wrapper's state_space is its own (wider than the env's), as state_test checks."""
+    e = wrapped(WLSPredictor())
+    state_test(e, parallel_env(**SMALL), num_cycles=60)
+    assert e.state_space.shape == e.observation_space("node_0")["state"].shape
 
 
 @pytest.mark.parametrize("kind", ["flow", "wls"])
@@ -194,7 +201,7 @@ def test_share_features_let_a_node_realise_flow_share_exactly():
             e.step(None)
             continue
         slots = obs["observation"][8:].reshape(k, -1).astype(np.float64)
-        cap = slots[:, col["cap"]] * 8
+        cap = slots[:, col["cap"]] * CAP_SCALE
         count, chosen, pending = (
             np.rint(slots[:, col[f]] * cap) for f in ("pred_share", "nodes_chosen", "nodes_pending")
         )
