@@ -42,6 +42,10 @@ STAT_NAMES = (
     "min_age",  # log(w_c / w_argmin): how long since the last improvement
 )
 COND_DIM = 2 * len(COND_GRID) + len(STAT_NAMES)
+# Columns of a condition vector: the running-minimum curve, the moving-average curve, the stats.
+COND_MIN = slice(0, len(COND_GRID))
+COND_AVERAGE = slice(len(COND_GRID), 2 * len(COND_GRID))
+COND_STATS = slice(2 * len(COND_GRID), COND_DIM)
 TARGET_DIM = len(FUTURE_RATIOS)
 CLIP = 10.0
 RECENT_DISCOUNT = 0.8  # per-report discount of the slope_recent feature (fixed: part of the model)
@@ -112,10 +116,9 @@ def prefix_features(
     padded = np.concatenate([y[:, :1], y[:, :1], y, y[:, -1:], y[:, -1:]], axis=1)
     ma = sum(padded[:, i : i + w] for i in range(5)) / 5.0
     age = w - 1 - np.arange(w)
-    g = len(COND_GRID)
     out = np.zeros((t, COND_DIM))
     curves = _interp_rows(COND_GRID, u, np.stack([cm, ma])) - ref[:, None]
-    out[:, :g], out[:, g : 2 * g] = curves
+    out[:, COND_MIN], out[:, COND_AVERAGE] = curves
     vf = valid.astype(np.float64)
     tail = vf * (age < 20)[None, :]
     resid = (y - ma) * tail
@@ -124,23 +127,21 @@ def prefix_features(
     argmin = np.argmin(np.where(valid, y, np.inf), axis=1)
     weights = np.stack([vf, vf * RECENT_DISCOUNT ** age[None, :], vf * (u >= -np.log(2.0))])
     slope_all, slope_recent, slope_last_half = _weighted_slope(x, y, weights)
-    out[:, 2 * g :] = np.stack(
-        [
-            ref / 5.0,
-            y[:, -1] - ref,
-            y[rows, first] - ref,
-            np.log(np.maximum(n, 1)) / 5.0,
-            -u[:, 0] / 4.0,
-            -u[:, -2] if w > 1 else np.zeros(t),
-            x[:, -1] / np.log(10.0) / 5.0,
-            slope_all,
-            slope_recent,
-            slope_last_half,
-            noise,
-            -u[rows, argmin],
-        ],
-        axis=1,
-    )
+    stats = {
+        "ref_log_loss": ref / 5.0,
+        "last_minus_ref": y[:, -1] - ref,
+        "first_minus_ref": y[rows, first] - ref,
+        "log_reports": np.log(np.maximum(n, 1)) / 5.0,
+        "coverage": -u[:, 0] / 4.0,
+        "log_interval": -u[:, -2] if w > 1 else np.zeros(t),
+        "log_work": x[:, -1] / np.log(10.0) / 5.0,
+        "slope_all": slope_all,
+        "slope_recent": slope_recent,
+        "slope_last_half": slope_last_half,
+        "noise": noise,
+        "min_age": -u[rows, argmin],
+    }
+    out[:, COND_STATS] = np.stack([stats[name] for name in STAT_NAMES], axis=1)
     return nan_clip(out, -CLIP, CLIP).astype(np.float32)
 
 
