@@ -26,7 +26,7 @@ import pandas as pd
 
 from flow_predictor.features import FUTURE_RATIOS
 from flow_predictor.remaining import MIN_RATIO, MIN_REPORTS, RemainingWorkPredictor
-from mara_env.traces import TraceSet
+from mara_env.traces import TraceError, TraceSet
 
 PREFIX_FRACTIONS = (0.1, 0.2, 0.4, 0.6)
 TARGET_POSITIONS = (0.1, 0.3, 0.5, 0.7, 0.9)
@@ -147,6 +147,11 @@ def summarise(rows: pd.DataFrame) -> pd.DataFrame:
 def evaluate(predictors: list[RemainingWorkPredictor], traces: TraceSet) -> pd.DataFrame:
     """Metrics table of every predictor on the same instances."""
     inst = make_instances(traces)
+    if not len(inst.target):
+        raise TraceError(
+            f"none of the {len(traces)} trace(s) falls below the lowest loss of its observed "
+            "prefix, so there is no remaining work to predict (flat or too short curves?)"
+        )
     return summarise(pd.concat([score(p, inst) for p in predictors], ignore_index=True))
 
 

@@ -385,6 +385,10 @@ class FlowShare(Scheduler):
             raise ValueError(
                 f"flow_share: predictor={predictor!r}; expected 'flow', 'wls' or 'oracle'"
             )
+        if predictor == "flow":
+            from mara_agents.extras import require
+
+            require("predictor")  # here, in the parent: not in a worker after other work
         self.predictor = predictor
         self._predictions = None
 

@@ -4,6 +4,8 @@ Each sub-command lives in its own module exposing ``add_arguments(parser)`` and
 ``run(args) -> int`` (a command with sub-commands of its own, like ``mara traces``,
 adds sub-parsers that set ``_run`` themselves).  Modules are imported only when their
 command runs, so ``mara --help`` and ``mara simulate`` start fast (no torch, no ray).
+A command that needs an optional dependency the install lacks stops with one line naming
+the extra to install (:mod:`mara_agents.extras`).
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+
+from mara_agents.extras import as_missing_extra, require
 
 # command name -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -27,6 +31,15 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "mara_agents.commands.export",
         "export a training checkpoint to a torch-only policy file",
     ),
+}
+
+# command -> the extra it needs beyond the bare install, checked before it runs (``traces
+# collect`` and the evaluate specs that need torch or ray check their own)
+NEEDS: dict[str, str] = {
+    "reproduce": "predictor",
+    "predictor": "predictor",
+    "train": "rllib",
+    "export": "rllib",
 }
 
 
@@ -47,6 +60,11 @@ def _add_command(sub: argparse._SubParsersAction, name: str, module: str, help_:
     mod.add_arguments(p)
 
 
+def _command(argv: list[str]) -> str | None:
+    """The command named on the command line (its first positional word)."""
+    return next((a for a in argv if not a.startswith("-")), None)
+
+
 def build_parser(argv: list[str]) -> argparse.ArgumentParser:
     """The parser; only the chosen command's module is imported."""
     parser = argparse.ArgumentParser(
@@ -54,7 +72,7 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
         description="MARA: schedule compute nodes among learning tasks with deadlines.",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    wanted = next((a for a in argv if not a.startswith("-")), None)
+    wanted = _command(argv)
     for name, (module, help_) in COMMANDS.items():
         if wanted == name:
             _add_command(sub, name, module, help_)
@@ -66,13 +84,21 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``mara`` console script."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = build_parser(argv)
-    args = parser.parse_args(argv)
-    if not getattr(args, "_run", None):
-        parser.print_help()
-        return 2
     try:
+        parser = build_parser(argv)
+        args = parser.parse_args(argv)
+        if not getattr(args, "_run", None):
+            parser.print_help()
+            return 2
+        if args.command in NEEDS:
+            require(NEEDS[args.command])
         return int(args._run(args) or 0)
+    except ImportError as exc:
+        missing = as_missing_extra(exc)
+        if missing is None:
+            raise
+        print(f"mara {_command(argv)}: {missing}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

@@ -40,9 +40,22 @@ def _read_table(path: Path, tag: str | None = None) -> pd.DataFrame:
             raise TraceError(f"{path}: not a readable Parquet file ({exc})") from exc
     if name.endswith(".csv") or name.endswith(".csv.gz"):
         try:
-            return pd.read_csv(path)
+            df = pd.read_csv(path)
         except Exception as exc:
             raise TraceError(f"{path}: not a readable CSV file ({exc})") from exc
+        header = str(df.columns[0]) if len(df.columns) == 1 else ""
+        sep = next((s for s in (";", "\t", "|") if s in header), None)
+        if sep is not None:
+            raise TraceError(
+                f"{path}: the header {header!r} reads as one column: the file seems to be "
+                f"separated by {sep!r}; a trace CSV is comma-separated"
+            )
+        return df
+    if path.is_dir() and not any("tfevents" in p.name for p in path.iterdir()):
+        raise TraceError(
+            f"{path}: a directory without TensorBoard event files (*tfevents*); expected a "
+            "trace file (.parquet, .csv) or a TensorBoard run directory"
+        )
     if "tfevents" in name or path.is_dir():
         return read_tensorboard(path, tag)
     raise TraceError(
@@ -206,12 +219,50 @@ def write_traces(df: pd.DataFrame, path: str | os.PathLike) -> None:
             os.remove(tmp)
 
 
+LIBRARY_SUFFIXES = (".parquet", ".pq", ".csv")
+
+
+def reject_flat(df: pd.DataFrame, origin: str) -> None:
+    """Raise :class:`TraceError` for a trace whose loss never falls below its first value.
+
+    On such a curve (constant, all zero, rising) a task would meet any target the
+    workload draws at its first report, and no predictor has remaining work to predict.
+    """
+    loss = np.maximum(df["loss"].to_numpy(np.float64), LOSS_FLOOR)
+    ids = df["trace_id"].to_numpy()
+    starts = np.flatnonzero(np.r_[True, ids[1:] != ids[:-1]])
+    flat = np.minimum.reduceat(loss, starts) >= loss[starts]
+    if flat.any():
+        row = int(starts[int(np.flatnonzero(flat)[0])])
+        raise TraceError(
+            f"{origin}: trace {ids[row]!r}, row {row}: the loss never falls below its first "
+            f"value {df['loss'].iloc[row]:g} (a flat or rising curve); expected a learning "
+            "curve whose loss decreases (is this the loss column or tag?)"
+        )
+
+
 def import_traces(
     sources: list[str | os.PathLike], out: str | os.PathLike, tag: str | None = None
 ) -> pd.DataFrame:
-    """Validate user files and merge them into library ``out`` (created if absent)."""
-    frames = [read_traces(p, tag) for p in sources]
+    """Validate user files and merge them into library ``out`` (created if absent).
+
+    Besides :func:`validate_traces`, each imported trace must be a learning curve
+    (:func:`reject_flat`); ``out`` must be a ``.parquet``/``.pq``/``.csv`` file path.
+    """
     out = Path(out)
+    if out.is_dir():
+        raise TraceError(
+            f"{out}: is a directory; expected the library file to create or extend "
+            f"({', '.join(LIBRARY_SUFFIXES)})"
+        )
+    if out.suffix not in LIBRARY_SUFFIXES:
+        raise TraceError(
+            f"{out}: unknown library file type; expected a {', '.join(LIBRARY_SUFFIXES)} file"
+        )
+    frames = []
+    for p in sources:
+        frames.append(read_traces(p, tag))
+        reject_flat(frames[-1], str(p))
     if out.exists():
         frames.insert(0, read_traces(out))
     merged = pd.concat(frames, ignore_index=True)

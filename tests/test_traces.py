@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -109,6 +111,62 @@ def test_missing_and_unknown_files(tmp_path):
     (tmp_path / "broken.parquet").write_bytes(b"not parquet at all")
     with pytest.raises(TraceError, match="not a readable Parquet file"):
         read_traces(tmp_path / "broken.parquet")
+
+
+@pytest.mark.parametrize(
+    ("curve", "first"),
+    [("constant", "0.5"), ("zero", "0"), ("rising", "0.5"), ("below_floor", "5e-05")],
+)
+def test_import_refuses_a_curve_that_never_falls(tmp_path, curve, first):
+    df = _table()
+    rows = df.index[df["trace_id"] == "t1"]
+    steps = np.arange(len(rows))
+    loss = {
+        "constant": np.full(len(rows), 0.5),
+        "zero": np.zeros(len(rows)),
+        "rising": 0.5 + 0.01 * steps,
+        "below_floor": np.r_[5e-5, np.zeros(len(rows) - 1)],  # flat at the floor
+    }[curve]
+    df.loc[rows, "loss"] = loss
+    src = _write(df, tmp_path / "in.csv")
+    message = rf"in.csv: trace 't1', row 12: the loss never falls below its first value {first} "
+    with pytest.raises(TraceError, match=message):
+        import_traces([src], tmp_path / "lib.parquet")
+    assert not (tmp_path / "lib.parquet").exists()
+    read_traces(src)  # a library may hold such curves; only the import refuses them
+
+
+def test_shipped_library_merges_into_an_import(tmp_path):
+    from mara_env.traces import SHIPPED_LIBRARY
+
+    lib = tmp_path / "lib.parquet"
+    lib.write_bytes(SHIPPED_LIBRARY.read_bytes())
+    merged = import_traces([_write(_table(), tmp_path / "mine.csv")], lib)
+    assert merged["trace_id"].nunique() == read_traces(SHIPPED_LIBRARY)["trace_id"].nunique() + 2
+
+
+@pytest.mark.parametrize("sep", [";", "\t"])
+def test_csv_with_another_delimiter_gets_a_hint(tmp_path, sep):
+    src = tmp_path / "in.csv"
+    _table().to_csv(src, index=False, sep=sep)
+    hint = re.escape(f"separated by {sep!r}; a trace CSV is comma-separated")
+    with pytest.raises(TraceError, match=f"in.csv: the header .* reads as one column: .*{hint}"):
+        read_traces(src)
+
+
+def test_import_out_must_be_a_library_file(tmp_path):
+    src = _write(_table(), tmp_path / "in.csv")
+    with pytest.raises(TraceError, match="is a directory; expected the library file"):
+        import_traces([src], tmp_path)
+    with pytest.raises(TraceError, match="lib: unknown library file type"):
+        import_traces([src], tmp_path / "lib")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.csv"]
+
+
+def test_directory_without_event_files_is_named(tmp_path):
+    (tmp_path / "events").mkdir()
+    with pytest.raises(TraceError, match="events: a directory without TensorBoard event files"):
+        read_traces(tmp_path / "events")
 
 
 def test_tensorboard_import(tmp_path):

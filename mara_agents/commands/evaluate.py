@@ -15,11 +15,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-
-
-def parse_list(text: str, cast: type = str) -> list:
-    """Comma-separated list, empty items dropped."""
-    return [cast(x.strip()) for x in text.split(",") if x.strip()]
+from typing import Any
 
 
 def add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
@@ -32,6 +28,25 @@ def add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--nodes", type=int, default=16, help="number of compute nodes N")
     parser.add_argument("--horizon", type=int, default=120, help="ticks during which tasks arrive")
+
+
+def cluster_from_args(args: argparse.Namespace, loads: list[float], option: str) -> tuple:
+    """The cluster of the shared options, checked at each of ``loads`` (given as
+    ``option``), and its traces, loaded now so that a bad library stops the command before
+    any episode runs."""
+    from mara_agents.commands.checks import UsageError
+    from mara_env.config import ClusterConfig, ConfigError
+    from mara_env.traces import load_traces
+
+    config = ClusterConfig(
+        traces=args.traces, split=args.split, num_nodes=args.nodes, horizon=args.horizon
+    )
+    for load in loads:
+        try:
+            config.replace(load=load)
+        except ConfigError as exc:
+            raise UsageError(f"{option}: {exc}") from None
+    return config, load_traces(config.traces, split=config.split)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -60,28 +75,52 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
 
 
+def checked_args(args: argparse.Namespace) -> dict[str, Any]:
+    """The keyword arguments of :func:`mara_agents.runner.evaluate`, every value checked."""
+    from mara_agents.commands import checks
+    from mara_agents.registry import resolve
+
+    specs = checks.parse_list(args.schedulers, "--schedulers", str, "scheduler specs")
+    for i, spec in enumerate(specs):
+        same = next((s for s in specs[:i] if resolve(s) == resolve(spec)), None)
+        if same is not None:
+            raise checks.UsageError(
+                f"--schedulers: {spec!r} names the same scheduler as {same!r}; give each once"
+            )
+    loads = checks.parse_list(args.loads, "--loads", float, "load factors")
+    episodes = checks.at_least(args.episodes, "--episodes", 1)
+    seeds = checks.parse_list(args.seeds, "--seeds", checks.seed, "non-negative integer seeds")
+    if args.workers is not None:
+        checks.at_least(args.workers, "--workers", 1)
+    if args.address is not None:
+        from mara_agents.extras import require
+
+        require("rllib")
+    config, traces = cluster_from_args(args, loads, "--loads")
+    checks.check_output_dir(args.out)
+    return dict(
+        specs=specs,
+        loads=loads,
+        episodes=episodes,
+        seeds=seeds,
+        config=config,
+        traces=traces,
+        workers=args.workers,
+        address=args.address,
+        out_dir=args.out,
+        progress=not args.no_progress,
+    )
+
+
 def run(args: argparse.Namespace) -> int:
     from mara_agents.registry import SpecError
     from mara_agents.report import summary_markdown
     from mara_agents.runner import evaluate
-    from mara_env.config import ClusterConfig, ConfigError
+    from mara_env.config import ConfigError
     from mara_env.traces import TraceError
 
     try:
-        config = ClusterConfig(
-            traces=args.traces, split=args.split, num_nodes=args.nodes, horizon=args.horizon
-        )
-        df = evaluate(
-            parse_list(args.schedulers),
-            parse_list(args.loads, float),
-            args.episodes,
-            parse_list(args.seeds, int),
-            config,
-            workers=args.workers,
-            address=args.address,
-            out_dir=args.out,
-            progress=not args.no_progress,
-        )
+        df = evaluate(**checked_args(args))
     except (SpecError, ConfigError, TraceError, ValueError) as exc:
         print(f"mara evaluate: error: {exc}", file=sys.stderr)
         return 2

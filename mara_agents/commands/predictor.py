@@ -104,6 +104,10 @@ def run_train(args: argparse.Namespace) -> int:
 
 def run_evaluate(args: argparse.Namespace) -> int:
     """Evaluate every method, write the CSV and the plot, print the table."""
+    from mara_agents.commands.checks import UsageError, at_least, check_output_dir
+    from mara_agents.extras import require
+
+    require("predictor")
     import torch
 
     from flow_predictor.checkpoint import CheckpointError, load_predictor
@@ -113,17 +117,21 @@ def run_evaluate(args: argparse.Namespace) -> int:
     from mara_env.traces import TraceError, load_traces
 
     torch.set_num_threads(1)
+    source = args.traces or f"the shipped library's {args.split or 'test'} split"
     try:
-        flow = load_predictor(args.checkpoint, n_samples=args.samples)
-        if args.traces is not None:
-            traces = load_traces(args.traces, split="all")
-        else:
-            traces = load_traces(None, split=args.split or "test")
-    except (CheckpointError, TraceError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        samples = at_least(args.samples, "--samples", 1)
+        check_output_dir(args.out)
+        flow = load_predictor(args.checkpoint, n_samples=samples)
+        traces = load_traces(args.traces, split=args.split or ("all" if args.traces else "test"))
+    except (CheckpointError, TraceError, UsageError) as exc:
+        print(f"mara predictor evaluate: error: {exc}", file=sys.stderr)
         return 1
     out = Path(args.out)
-    metrics = evaluate_to_dir([flow, WLSPredictor(), OptimusPredictor()], traces, out)
+    try:
+        metrics = evaluate_to_dir([flow, WLSPredictor(), OptimusPredictor()], traces, out)
+    except TraceError as exc:  # nothing to evaluate in these traces
+        print(f"mara predictor evaluate: error: {source}: {exc}", file=sys.stderr)
+        return 1
     print(metrics.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     print(f"wrote {out / 'predictor_metrics.csv'} and {out / 'predictor_error.png'}")
     return 0

@@ -12,7 +12,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from mara_agents.commands.evaluate import add_cluster_arguments
+from mara_agents.commands import checks
+from mara_agents.commands.evaluate import add_cluster_arguments, cluster_from_args
 
 COLUMNS = ("completion_rate", "utilisation", "wasted_node_ticks", "reassignments", "expired")
 
@@ -31,19 +32,20 @@ def run(args: argparse.Namespace) -> int:
     from mara_agents.registry import SpecError
     from mara_agents.runner import evaluate
     from mara_agents.stats import mean_ci
-    from mara_env.config import ClusterConfig, ConfigError
+    from mara_env.config import ConfigError
     from mara_env.traces import TraceError
 
     try:
-        config = ClusterConfig(
-            traces=args.traces, split=args.split, num_nodes=args.nodes, horizon=args.horizon
-        )
+        episodes = checks.at_least(args.episodes, "--episodes", 1)
+        seed = checks.at_least(args.seed, "--seed", 0)
+        config, traces = cluster_from_args(args, [args.load], "--load")
         df = evaluate(
             [args.scheduler],
             [args.load],
-            args.episodes,
-            [args.seed],
+            episodes,
+            [seed],
             config,
+            traces=traces,
             workers=1,
             progress=False,
         )

@@ -73,11 +73,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run_collect(args: argparse.Namespace) -> int:
+    from mara_agents.commands.checks import UsageError, at_least
+    from mara_agents.extras import require
+
+    require("collect")
+    try:
+        at_least(args.n, "--n", 1)
+        at_least(args.workers, "--workers", 1)
+        at_least(args.seed, "--seed", 0)
+    except UsageError as exc:
+        print(f"mara traces collect: {exc}", file=sys.stderr)
+        return 2
     from mara_traces.collect import collect
 
-    if args.n < 1:
-        print("mara traces collect: --n must be >= 1", file=sys.stderr)
-        return 2
     df = collect(args.family, args.n, args.out, seed=args.seed, workers=args.workers)
     print(f"{args.out}: {df['trace_id'].nunique()} traces, {len(df)} points")
     return 0
@@ -90,6 +98,9 @@ def run_import(args: argparse.Namespace) -> int:
         df = import_traces(args.files, args.out, tag=args.tag)
     except TraceError as exc:
         print(f"mara traces import: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:  # the library could not be written (nothing half-written)
+        print(f"mara traces import: {args.out}: cannot write ({exc})", file=sys.stderr)
         return 1
     print(f"{args.out}: {df['trace_id'].nunique()} traces, {len(df)} points")
     return 0

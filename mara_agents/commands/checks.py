@@ -1,0 +1,82 @@
+"""Checks of command-line values shared by the commands.
+
+Each bad value stops its command with one line that names the option and what was
+expected, before any work starts (the commands print :class:`UsageError` and exit 2).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+T = TypeVar("T")
+
+
+class UsageError(ValueError):
+    """A bad command-line value; the message names the option and what was expected."""
+
+
+def parse_list(text: str, option: str, cast: Callable[[str], T], expected: str) -> list[T]:
+    """The comma-separated values of ``option`` (empty items dropped): at least one, each
+    castable, none given twice."""
+    items = [x.strip() for x in text.split(",") if x.strip()]
+    if not items:
+        raise UsageError(f"{option} {text!r}: empty; expected comma-separated {expected}")
+    values = []
+    for item in items:
+        try:
+            values.append(cast(item))
+        except ValueError:
+            raise UsageError(f"{option}: {item!r} is not valid; expected {expected}") from None
+    for i, value in enumerate(values):
+        if value in values[:i]:
+            raise UsageError(f"{option}: {items[i]!r} is given twice; give each value once")
+    return values
+
+
+def at_least(value: int, option: str, low: int) -> int:
+    """``value``, unless it is below ``low``."""
+    if value < low:
+        raise UsageError(f"{option} {value}: expected an integer >= {low}")
+    return value
+
+
+def seed(text: str) -> int:
+    """A base seed: a non-negative integer (numpy seeds cannot be negative)."""
+    value = int(text)
+    if value < 0:
+        raise ValueError(text)
+    return value
+
+
+def check_output_dir(path: str | os.PathLike, option: str = "--out") -> None:
+    """Raise :class:`UsageError` unless new files can be written in directory ``path``
+    (which may not exist yet).
+
+    Checked by writing a probe file, which also holds for root and read-only mounts; the
+    file system is left as it was (directories made for the probe are removed again).
+    """
+    path = Path(path)
+    existing = path
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        where = "" if existing == path else f" ({existing} is a file)"
+        raise UsageError(f"{option} {path}: not a directory{where}; expected a directory")
+    made = None if existing == path else existing / path.relative_to(existing).parts[0]
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=path):
+            pass
+    except OSError as exc:
+        raise UsageError(
+            f"{option} {path}: cannot write there ({exc.strerror or exc}); "
+            "expected a writable directory"
+        ) from None
+    finally:
+        if made is not None:
+            shutil.rmtree(made, ignore_errors=True)

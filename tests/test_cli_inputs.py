@@ -1,0 +1,161 @@
+"""Bad command-line input is stopped at the door: one line naming the culprit and what
+was expected, exit status 2, before any work starts and with nothing written."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from mara_agents.cli import main
+from mara_agents.extras import EXTRAS, MissingExtra, as_missing_extra
+
+# somewhere no one can create a directory, root included
+UNWRITABLE = "/proc/mara-no-such-dir/out"
+
+
+def refused(argv: list[str], capsys: pytest.CaptureFixture, *culprit: str, status: int = 2) -> str:
+    """Run ``mara ARGV``; assert exit ``status`` and one stderr line naming every ``culprit``."""
+    assert main(argv) == status
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    for word in culprit:
+        assert word in err, err
+    return err
+
+
+EVALUATE = ["evaluate", "--schedulers", "uniform", "--loads", "1.0", "--episodes", "1"]
+EVALUATE += ["--workers", "1", "--horizon", "10", "--no-progress"]
+
+
+@pytest.mark.parametrize(
+    ("args", "culprit"),
+    [
+        (["--episodes", "0"], ["--episodes 0", ">= 1"]),
+        (["--episodes", "-5"], ["--episodes -5", ">= 1"]),
+        (["--loads", ""], ["--loads ''", "empty"]),
+        (["--loads", ","], ["--loads ','", "empty"]),
+        (["--schedulers", ""], ["--schedulers ''", "empty"]),
+        (["--loads", "inf"], ["--loads", "load=inf", "(0, 100]"]),
+        (["--loads", "-1"], ["--loads", "load=-1.0", "(0, 100]"]),
+        (["--loads", "nan"], ["--loads", "load=nan", "(0, 100]"]),
+        (["--loads", "heavy"], ["--loads", "'heavy'", "load factors"]),
+        (["--loads", "1.0,1.5,1"], ["--loads", "'1' is given twice"]),
+        (["--schedulers", "lara,edf,lara"], ["--schedulers", "'lara' is given twice"]),
+        (["--schedulers", "mara,mara="], ["--schedulers", "'mara=' names the same", "'mara'"]),
+        (["--seeds", "-1"], ["--seeds", "'-1'", "non-negative integer"]),
+        (["--seeds", "0,0"], ["--seeds", "'0' is given twice"]),
+        (["--workers", "0"], ["--workers 0", ">= 1"]),
+        (["--traces", "no_such_lib.parquet"], ["no_such_lib.parquet", "no such trace file"]),
+        (["--split", "holdout"], ["split='holdout'", "'test'"]),
+    ],
+)
+def test_evaluate_refuses_bad_values(tmp_path, capsys, args, culprit):
+    out = tmp_path / "out"
+    refused([*EVALUATE, *args, "--out", str(out)], capsys, *culprit)
+    assert not out.exists()
+
+
+def test_evaluate_refuses_an_out_that_is_not_a_writable_directory(tmp_path, capsys):
+    afile = tmp_path / "results.csv"
+    afile.write_text("keep me")
+    refused([*EVALUATE, "--out", str(afile)], capsys, f"--out {afile}", "not a directory")
+    below = afile / "sub"
+    refused([*EVALUATE, "--out", str(below)], capsys, f"--out {below}", f"{afile} is a file")
+    refused([*EVALUATE, "--out", UNWRITABLE], capsys, f"--out {UNWRITABLE}", "cannot write")
+    assert afile.read_text() == "keep me"
+    assert [p.name for p in tmp_path.iterdir()] == ["results.csv"]
+
+
+def test_evaluate_runs_into_a_new_nested_out(tmp_path, capsys):
+    out = tmp_path / "a" / "b"
+    assert main([*EVALUATE, "--out", str(out)]) == 0
+    assert (out / "results.csv").is_file()
+    assert len(pd.read_csv(out / "results.csv")) == 1
+
+
+SIMULATE = ["simulate", "--scheduler", "uniform", "--horizon", "10"]
+
+
+@pytest.mark.parametrize(
+    ("args", "culprit"),
+    [
+        (["--episodes", "-5"], ["--episodes -5", ">= 1"]),
+        (["--episodes", "0"], ["--episodes 0", ">= 1"]),
+        (["--load", "inf"], ["--load", "load=inf"]),
+        (["--load", "0"], ["--load", "load=0.0"]),
+        (["--seed", "-1"], ["--seed -1", ">= 0"]),
+        (["--scheduler", "lara:explore_reports"], ["'lara:explore_reports'", "key=value"]),
+    ],
+)
+def test_simulate_refuses_bad_values(capsys, args, culprit):
+    refused([*SIMULATE, *args], capsys, *culprit)
+
+
+def test_simulate_prints_no_nan_for_one_episode(capsys):
+    assert main([*SIMULATE, "--episodes", "1"]) == 0
+    assert "nan" not in capsys.readouterr().out
+
+
+def _flat_library(path, loss):
+    n = 20
+    df = pd.DataFrame(
+        {"trace_id": "a", "family": "x", "source": "s", "step": np.arange(1.0, n + 1), "loss": loss}
+    )
+    df["split"] = "test"
+    df.to_parquet(path, index=False)
+    return path
+
+
+def test_predictor_evaluate_refuses_zero_samples(tmp_path, capsys):
+    out = tmp_path / "pe"
+    argv = ["predictor", "evaluate", "--split", "test", "--samples", "0", "--out", str(out)]
+    refused(argv, capsys, "--samples 0", ">= 1", status=1)
+    assert not out.exists()
+
+
+def test_predictor_evaluate_explains_a_library_with_nothing_to_predict(tmp_path, capsys):
+    lib = _flat_library(tmp_path / "flat.parquet", 0.5)  # written directly: import refuses it
+    out = tmp_path / "pe"
+    argv = ["predictor", "evaluate", "--traces", str(lib), "--samples", "2", "--out", str(out)]
+    refused(argv, capsys, str(lib), "no remaining work to predict", status=1)
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("loss", [0.5, 0.0])
+def test_traces_import_refuses_a_flat_curve(tmp_path, capsys, loss):
+    src = _flat_library(tmp_path / "flat.parquet", loss)
+    lib = tmp_path / "lib.parquet"
+    argv = ["traces", "import", str(src), "--out", str(lib)]
+    assert main(argv) == 1
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "never falls below its first value" in err
+    assert not lib.exists()
+
+
+def test_traces_import_refuses_a_directory_as_out(tmp_path, capsys):
+    src = tmp_path / "in.csv"
+    pd.DataFrame({"trace_id": ["a"]}).to_csv(src, index=False)
+    assert main(["traces", "import", str(src), "--out", str(tmp_path)]) == 1
+    err = capsys.readouterr().err.strip()
+    assert f"{tmp_path}: is a directory" in err and "TensorBoard" not in err
+
+
+def test_a_missing_extra_is_named_in_one_line(tmp_path, capsys, monkeypatch):
+    # the bare install lacks torch (tests/test_bare_install.py does it for real); here the
+    # predictor extra is made to need a module that no install has
+    monkeypatch.setitem(EXTRAS, "predictor", ("mara_no_such_module",))
+    out = tmp_path / "pe"
+    argv = ["predictor", "evaluate", "--out", str(out)]
+    refused(argv, capsys, "mara predictor: needs mara_no_such_module", "'mara-sched[predictor]'")
+    assert not out.exists()
+
+
+def test_missing_modules_map_to_their_extra():
+    assert as_missing_extra(ModuleNotFoundError("x", name="ray.rllib")).extra == "rllib"
+    assert as_missing_extra(ModuleNotFoundError("x", name="torch")).extra == "predictor"
+    assert as_missing_extra(ModuleNotFoundError("x", name="sklearn.datasets")).extra == "collect"
+    assert as_missing_extra(ModuleNotFoundError("x", name="gymnasium")) is None
+    assert as_missing_extra(ImportError("x")) is None
+    missing = MissingExtra("torch", "predictor")
+    assert as_missing_extra(missing) is missing
