@@ -2,8 +2,9 @@
 
 It must bring no torch and no ray, run ``mara simulate`` and ``mara evaluate`` on the
 torch-free baselines, and stop every command that needs an extra with one line naming
-it.  Installs into a new venv (about a minute), so it is marked slow; CI runs it after
-the suite (``.ci/run``).
+it.  Installing into a new venv takes about a minute, so those tests are marked slow; CI
+runs them after the suite (``.ci/run``).  The first test is the quick guard that runs
+with the suite: those commands import neither torch nor ray.
 """
 
 from __future__ import annotations
@@ -40,6 +41,20 @@ def mara(bare: Path, *argv: str, cwd: Path | None = None) -> subprocess.Complete
     return subprocess.run(
         [str(bare / "mara"), *argv], capture_output=True, text=True, timeout=300, cwd=cwd
     )
+
+
+def test_bare_commands_import_neither_torch_nor_ray(tmp_path):
+    argv = ["evaluate", "--schedulers", "lara,optimus,flow_share:predictor=wls,oracle"]
+    argv += ["--episodes", "1", "--loads", "1.0", "--horizon", "10", "--workers", "1"]
+    argv += ["--no-progress", "--out", str(tmp_path)]
+    code = (
+        "import sys; from mara_agents.cli import main; "
+        "assert main(['simulate', '--episodes', '1', '--horizon', '10']) == 0; "
+        f"assert main({argv!r}) == 0; "
+        "bad = [m for m in ('torch', 'ray') if m in sys.modules]; assert not bad, bad"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
 
 
 @pytest.mark.slow
