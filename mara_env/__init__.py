@@ -1,7 +1,10 @@
 """mara_env: trace library, workload generator, cluster simulator and PettingZoo env.
 
 Importing this package registers ``mara/ComputeCluster-v0`` in PettingZoo's AEC and
-parallel registries: ``pettingzoo.make("aec", "mara/ComputeCluster-v0")``.
+parallel registries: ``pettingzoo.make("aec", "mara/ComputeCluster-v0")``, or directly
+``mara_env.env(...)`` / ``mara_env.parallel_env(...)`` / ``mara_env.raw_env(...)``; the
+environment's module (its specification: ``raw_env``'s docstring) is
+:mod:`mara_env.cluster_env`.
 No torch, no ray: any RL library can use it.
 """
 

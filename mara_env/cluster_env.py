@@ -1,4 +1,8 @@
-"""PettingZoo environment: every compute node of the cluster is an agent."""
+"""PettingZoo environment: every compute node of the cluster is an agent.
+
+:class:`raw_env` (its docstring is the specification), :func:`env` (wrapped; also
+``mara_env.env``), :func:`parallel_env`, and the feature tables they observe.
+"""
 
 from __future__ import annotations
 
@@ -208,6 +212,13 @@ class ClusterEngine:
             state[self._mine_at[s]] = 1.0
         return state
 
+    def node_rows(self) -> tuple[np.ndarray, np.ndarray]:
+        """This round's node features of every node ``(N, len(NODE_FEATURES))`` and the
+        visible slot of the task each served in the last tick (-1: none); copies.  With
+        :meth:`observe` of node 0 before anyone chooses they give every node's view
+        (:mod:`mara_env.round_env`)."""
+        return self._nodes.copy(), self._node_slot.copy()
+
     def observe(self, i: int) -> dict[str, np.ndarray]:
         """Observation of node ``i`` given the choices made so far in this round."""
         state = self.state(i)
@@ -356,7 +367,11 @@ class raw_env(AECEnv):
       already has ``cap`` nodes chosen this round are 0; idle is always 1.
     * ``state`` ``Box(-10, 10, (8 + 13K + 4,), float32)``: the observation plus
       :data:`QUEUE_FEATURES` summarising active tasks beyond the visible slots (for a
-      centralized critic).
+      centralized critic).  ``state()`` returns it for the acting node; ``state_space``
+      is this Box.
+
+    Scales: durations are in units of :data:`TICK_SCALE` ticks, caps of :data:`CAP_SCALE`
+    nodes; every feature is clipped to ``[-OBS_LIMIT, OBS_LIMIT]``.
 
     **Reward** (team; every node gets it at the end of a round): ``+1`` per task that
     completed in the tick, plus ``shaping * (Phi(s') - Phi(s))`` where Phi sums the
