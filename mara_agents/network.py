@@ -25,6 +25,7 @@ from mara_env.cluster_env import NODE_FEATURES, QUEUE_FEATURES, SLOT_FEATURES
 
 # Very negative but finite: exp() underflows to exactly 0 and 0 * logit stays 0 (no NaN).
 MASKED_LOGIT = -1e9
+MINE_INDEX = SLOT_FEATURES.index("is_mine")  # the slot row's "served it last tick" flag
 
 
 class ModelError(ValueError):
@@ -42,6 +43,9 @@ class ModelConfig:
     independent: bool = False  # ablation: drop the round's context (nodes chosen / pending)
     value_scale: float = 10.0  # the critic predicts return / value_scale
     work_conserving: bool = False  # idle only when no slot is valid (as uniform share does)
+    # Fixed prior added to the logit of the slot a node served in the last tick: a fresh
+    # policy then mostly stays (a node that changes task does no work that tick).
+    stay_bias: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -156,6 +160,8 @@ class MaraNet(nn.Module):
         slot_logits = self.score(
             torch.cat([h, n[:, None, :].expand(-1, k, -1), ctx[:, None, :].expand(-1, k, -1)], -1)
         ).squeeze(-1)
+        if self.config.stay_bias:
+            slot_logits = slot_logits + self.config.stay_bias * slots[..., MINE_INDEX]
         idle_logit = self.idle(torch.cat([pooled, n, ctx], -1))
         out = torch.cat([slot_logits, idle_logit], -1)
         valid = mask > 0

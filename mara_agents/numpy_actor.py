@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from mara_agents.network import MASKED_LOGIT, MaraNet
+from mara_agents.network import MASKED_LOGIT, MINE_INDEX, MaraNet
 
 
 def _np(t: torch.Tensor) -> np.ndarray:
@@ -105,6 +105,8 @@ class NumpyActor:
             [h, np.broadcast_to(n, (k, n.size)), np.broadcast_to(ctx, (k, ctx.size))], 1
         )
         slot_logits = _run_mlp(per_slot, self.score)[:, 0]
+        if self.config.stay_bias:
+            slot_logits = slot_logits + np.float32(self.config.stay_bias) * slots[:, MINE_INDEX]
         idle_logit = _run_mlp(np.concatenate([pooled, n, ctx]), self.idle)
         out = np.concatenate([slot_logits, idle_logit]).astype(np.float32)
         valid = np.asarray(mask) > 0
