@@ -15,9 +15,10 @@ every tick from the cached samples.  Tasks with fewer than three reports get the
 predictor's documented fallback and ``pred_fallback = 1``; tasks with no usable report
 (unknown remaining work) get 0 in every predictor feature and ``pred_fallback = 1``.
 
-``pred_nodes_needed`` and ``pred_share`` are :class:`~mara_agents.baselines.FlowShare`'s
-want and count, computed over the visible slots: they equal that scheduler's exactly when
-no task that would get a node is hidden, which ``num_slots >= num_nodes`` guarantees.
+``pred_nodes_needed`` and ``pred_share`` are :class:`~flow_predictor.flow_share.FlowShare`'s
+want and count (default parameters), computed over the visible slots: they equal that
+scheduler's exactly when no task that would get a node is hidden, which
+``num_slots >= num_nodes`` guarantees.
 """
 
 from __future__ import annotations
@@ -31,11 +32,11 @@ from pettingzoo import AECEnv
 from pettingzoo.utils import BaseWrapper
 
 from flow_predictor.features import nan_clip
-from flow_predictor.remaining import PredictionCache, RemainingWork, RemainingWorkPredictor
+from flow_predictor.flow_share import DEFAULTS, flow_share_counts
+from flow_predictor.remaining import PredictionCache, RemainingWorkPredictor
 from flow_predictor.wls import WLSPredictor
 from mara_env.cluster_env import NODE_FEATURES, SLOT_FEATURES
 from mara_env.config import ConfigError
-from mara_env.schedulers import fair_share, nodes_needed, warm_nodes
 
 PREDICTOR_FEATURES = (
     "pred_q10",  # log1p(10% quantile of remaining reference ticks) / 2
@@ -51,85 +52,6 @@ QUANTILES = (0.1, 0.5, 0.9)
 _PRED = {name: i for i, name in enumerate(PREDICTOR_FEATURES)}  # column of each feature
 _QUANTILE_COLUMNS = [_PRED["pred_q10"], _PRED["pred_q50"], _PRED["pred_q90"]]  # of QUANTILES
 LIMIT = 10.0
-# confident_nodes: the SAFE_QUANTILE of remaining work must fit SAFE_SLACK ticks early.
-SAFE_QUANTILE = 0.9
-SAFE_SLACK = 2
-# A task is predicted again once its reports grew by this fraction (PredictionCache).
-REFRESH = 0.1
-# flow_share_counts: a task whose DROP_QUANTILE of remaining work cannot be done by its
-# deadline even on its cap is served last, while the others want every node.
-DROP_QUANTILE = 0.05
-
-
-def _nodes_to_finish(sim: Any, tasks: np.ndarray, work: np.ndarray, slack: int) -> np.ndarray:
-    """:func:`nodes_needed` for ``work`` left in each of ``tasks``, ``slack`` ticks early."""
-    wl = sim.workload
-    return nodes_needed(
-        work,
-        wl.deadline[tasks] - sim.t - slack,
-        wl.cap[tasks],
-        warm_nodes(sim, tasks),
-        wl.rate[tasks],
-        wl.alpha[tasks],
-    )
-
-
-def confident_nodes(
-    sim: Any,
-    tasks: np.ndarray,
-    rw: RemainingWork,
-    quantile: float = SAFE_QUANTILE,
-    slack: int = SAFE_SLACK,
-    upper: np.ndarray | None = None,
-) -> np.ndarray:
-    """Fewest nodes that finish each task ``slack`` ticks before its deadline if its
-    remaining work is the predicted ``quantile``; its cap when no count within the cap
-    does, or when the prediction is a fallback (prefix too short) or unknown.
-
-    ``rw`` holds the predictions of ``tasks`` (remaining work from now, as
-    :meth:`PredictionCache.get` gives it); ``upper``: its ``quantile`` if already computed.
-    """
-    if upper is None:
-        upper = rw.quantiles([quantile])[:, 0]
-    need = _nodes_to_finish(sim, tasks, np.where(rw.fallback, np.inf, upper), slack)
-    return np.where(need > 0, need, sim.workload.cap[tasks])
-
-
-def flow_share_counts(
-    sim: Any,
-    tasks: np.ndarray,
-    rw: RemainingWork,
-    quantile: float = SAFE_QUANTILE,
-    slack: int = SAFE_SLACK,
-    drop: float | None = DROP_QUANTILE,
-    qs: dict[float, np.ndarray] | None = None,
-) -> tuple[np.ndarray, np.ndarray]:
-    """``flow_share``'s want (:func:`confident_nodes`) and count of each of ``tasks``.
-
-    ``tasks`` in deadline order share the nodes round-robin (:func:`fair_share`), first up to
-    their wants, then up to their caps.  With ``drop``: a task is *hopeless* when even the
-    ``drop`` quantile of its remaining work cannot be done by its deadline on its cap (not
-    while its prediction is a fallback); while the other tasks want at least every node,
-    hopeless ones get only what is left once the others reach their caps.
-    ``qs``: quantiles of ``rw`` already computed, by level.  Returns ``(want, counts)``,
-    both aligned with ``tasks``.
-    """
-    qs = dict(qs or {})
-    missing = [q for q in (quantile, drop) if q and q not in qs]
-    if missing:  # one sort of the samples for every level still needed
-        qs.update(zip(missing, rw.quantiles(missing).T))
-    want = confident_nodes(sim, tasks, rw, quantile, slack, upper=qs[quantile])
-    last = None
-    # Triage only matters when the wants exceed the cluster (want[~hopeless] <= want).
-    if drop and want.sum() >= sim.config.num_nodes:
-        low = qs[drop]
-        reach = _nodes_to_finish(sim, tasks, np.where(rw.fallback, np.nan, low), slack=0)
-        # nan (fallback or unknown) gives 0 from nodes_needed as well: not hopeless
-        hopeless = (reach == 0) & ~rw.fallback & ~np.isnan(low)
-        if hopeless.any() and want[~hopeless].sum() >= sim.config.num_nodes:
-            last = hopeless
-    counts = fair_share(sim, tasks, want, last=last)[tasks]
-    return want, counts
 
 
 class PredictorFeatures(BaseWrapper):
@@ -143,7 +65,7 @@ class PredictorFeatures(BaseWrapper):
         self,
         env: AECEnv,
         predictor: RemainingWorkPredictor | None = None,
-        refresh: float = REFRESH,
+        refresh: float = DEFAULTS.refresh,
     ) -> None:
         super().__init__(env)
         if predictor is None:
@@ -235,7 +157,7 @@ class PredictorFeatures(BaseWrapper):
             left = wl.deadline[tasks] - sim.t
             now = wl.rate[tasks] * sim.nodes_now[tasks] ** wl.alpha[tasks] * left
             cap = wl.rate[tasks] * wl.cap[tasks] ** wl.alpha[tasks] * np.maximum(left - 1, 0)
-            levels = (*QUANTILES, DROP_QUANTILE)
+            levels = (*QUANTILES, DEFAULTS.drop)
             all_qs = rw.quantiles(levels)  # one sort for the features and flow_share's levels
             qs = all_qs[:, : len(QUANTILES)]
             with np.errstate(over="ignore", invalid="ignore"):

@@ -14,11 +14,10 @@ The oracle runs the same planner on each task's true remaining work.  See
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
-from flow_predictor.remaining import MIN_REPORTS, RemainingWork
+from flow_predictor.flow_share import FlowShare
 from flow_predictor.wls import fit_power_law
 from mara_env.cluster import ClusterSim
 from mara_env.schedulers import (
@@ -323,105 +322,6 @@ class Optimus(Scheduler):
             left -= 1
         spread(n, cap, left)
         counts[rest] = n
-        return counts
-
-
-class TrueRemaining:
-    """Same interface as :class:`flow_predictor.remaining.PredictionCache`, answering with
-    each task's true remaining work (one sample) once it has ``MIN_REPORTS`` reports;
-    before that the task is a fallback (unknown), exactly as for the flow model."""
-
-    def clear(self) -> None:
-        """Nothing to forget (stateless)."""
-
-    def get(self, sim: ClusterSim, tasks: np.ndarray) -> RemainingWork:
-        """Remaining work of ``tasks`` from their current work on."""
-        tasks = np.asarray(tasks, np.int64)
-        fallback = np.array([len(sim.hist_work[k]) < MIN_REPORTS for k in tasks], bool)
-        true = np.where(fallback, np.nan, sim.remaining_true(tasks))
-        return RemainingWork(true[:, None], fallback)
-
-
-class FlowShare(Scheduler):
-    """Uniform share, but no task gets more nodes than it confidently needs.
-
-    Every tick each active task *wants* :func:`flow_predictor.wrapper.confident_nodes`
-    nodes: the fewest that finish it ``slack`` ticks before its deadline if its remaining
-    work is the ``quantile`` of the predicted distribution (its cap when no count within
-    the cap does, or while its prefix is too short to predict).  Nodes are shared round-robin
-    in deadline order up to the wants, then up to the caps: the same uniform share as
-    :class:`~mara_env.schedulers.Uniform`, with nodes a task will not need moved to the others.
-    While the tasks want every node, a task that even the ``drop`` quantile (default 5 %) of
-    its remaining work says cannot finish on its cap is served last (``drop=0``: never);
-    see :func:`flow_predictor.wrapper.flow_share_counts`.
-    ``predictor``: ``"flow"`` (the shipped checkpoint, 32 samples, as in the predictor
-    wrapper), ``"wls"``, or ``"oracle"``: each task's true remaining work once it has as
-    many reports as the flow model needs (a reference for how much better predictions
-    could gain: same exploration, same rule); ``refresh``: see
-    :class:`flow_predictor.remaining.PredictionCache`.
-    Defaults are the wrapper's, so its ``pred_nodes_needed`` and ``pred_share`` features are
-    exactly this want and count.
-    """
-
-    name = "flow_share"
-
-    def __init__(
-        self,
-        quantile: float | None = None,
-        slack: int | None = None,
-        predictor: str = "flow",
-        refresh: float | None = None,
-        drop: float | None = None,
-    ) -> None:
-        from flow_predictor import wrapper
-
-        self.quantile = wrapper.SAFE_QUANTILE if quantile is None else float(quantile)
-        self.slack = wrapper.SAFE_SLACK if slack is None else int(slack)
-        self.drop = wrapper.DROP_QUANTILE if drop is None else float(drop)
-        if not 0 <= self.drop < 1:
-            raise ValueError(f"flow_share: drop={drop!r}; expected a quantile in [0, 1) (0: off)")
-        self.refresh = wrapper.REFRESH if refresh is None else float(refresh)
-        if predictor not in ("flow", "wls", "oracle"):
-            raise ValueError(
-                f"flow_share: predictor={predictor!r}; expected 'flow', 'wls' or 'oracle'"
-            )
-        if predictor == "flow":
-            from mara_agents.extras import require
-
-            require("predictor")  # here, in the parent: not in a worker after other work
-        self.predictor = predictor
-        self._predictions = None
-
-    def _make_predictions(self) -> Any:
-        if self.predictor == "oracle":
-            return TrueRemaining()
-        from flow_predictor.remaining import PredictionCache
-
-        if self.predictor == "flow":
-            from flow_predictor.checkpoint import load_predictor
-
-            return PredictionCache(load_predictor(n_samples=32), self.refresh)
-        from flow_predictor.wls import WLSPredictor
-
-        return PredictionCache(WLSPredictor(), self.refresh)
-
-    def reset(self, sim: ClusterSim, rng: np.random.Generator) -> None:
-        super().reset(sim, rng)
-        if self._predictions is None:
-            self._predictions = self._make_predictions()
-        self._predictions.clear()
-
-    def allocate(self, sim: ClusterSim) -> np.ndarray:
-        from flow_predictor.wrapper import flow_share_counts
-
-        order = edf_order(sim)
-        counts = np.zeros(len(sim.status), np.int64)
-        if not len(order):
-            return counts
-        rw = self._predictions.get(sim, order)
-        _, counts[order] = flow_share_counts(
-            sim, order, rw, self.quantile, self.slack, self.drop or None
-        )
         return counts
 
 

@@ -103,30 +103,6 @@ def warm_nodes(sim: ClusterSim, tasks: np.ndarray) -> np.ndarray:
     return sim.nodes_now[tasks]
 
 
-def nodes_needed(
-    remaining: np.ndarray,
-    time_left: np.ndarray,
-    cap: np.ndarray,
-    warm: np.ndarray,
-    rate: np.ndarray,
-    alpha: np.ndarray,
-) -> np.ndarray:
-    """Fewest nodes (1..cap) that finish ``remaining`` within ``time_left`` ticks; 0 if none.
-
-    Warm-up is counted as in :func:`ticks_needed`; ``inf``/``nan`` remaining work gives 0.
-    """
-    remaining = np.asarray(remaining, np.float64)
-    need = np.zeros(len(remaining), np.int64)
-    if not len(remaining):
-        return need
-    n = np.arange(1, int(np.max(cap)) + 1)[None, :]
-    with np.errstate(invalid="ignore"):
-        ticks = ticks_needed(remaining[:, None], n, warm[:, None], rate[:, None], alpha[:, None])
-        ok = (n <= cap[:, None]) & (ticks <= time_left[:, None]) & np.isfinite(remaining)[:, None]
-    first = ok.argmax(axis=1)
-    return np.where(ok.any(axis=1), first + 1, 0)
-
-
 def fair_share(
     sim: ClusterSim,
     order: np.ndarray,

@@ -6,12 +6,10 @@ import numpy as np
 import pytest
 
 from flow_predictor.wls import fit_power_law
-from flow_predictor.wrapper import confident_nodes
-from mara_agents.baselines import ALL_SCHEDULERS, FlowShare, plan_allocation, ticks_needed
-from mara_env.cluster import ClusterSim
+from mara_agents.baselines import ALL_SCHEDULERS, plan_allocation, ticks_needed
 from mara_env.cluster_env import _cached_traces
 from mara_env.config import ClusterConfig
-from mara_env.schedulers import SCHEDULERS, Uniform, edf_order, nodes_needed, run_episode
+from mara_env.schedulers import SCHEDULERS, run_episode
 
 
 def plan(remaining, time_left, cap, warm=None, num_nodes=4, **kw):
@@ -122,116 +120,3 @@ def test_oracle_beats_lara_beats_random_on_average(episode_setup) -> None:
         for name in ("oracle", "lara", "random")
     }
     assert rate["oracle"] >= rate["lara"] >= rate["random"]
-
-
-def test_nodes_needed_is_the_fewest_that_meet_the_deadline() -> None:
-    one = np.ones(4)
-    need = nodes_needed(
-        np.array([4.0, 9.0, 100.0, np.inf]),
-        np.array([5, 5, 5, 5]),
-        np.array([4, 4, 4, 4]),
-        np.array([1, 0, 4, 0]),  # warm nodes: the first task is already served by one
-        one,
-        one,
-    )
-    # 4 work on 1 warm node: 4 ticks; 9 work cold: 3 nodes give 0 + 3 + 3 + 3 = 9 in 4 ticks.
-    assert need.tolist() == [1, 3, 0, 0]  # 0: no count within the cap (or unknown work)
-
-
-def test_flow_share_moves_unneeded_nodes_to_other_tasks(episode_setup) -> None:
-    cfg, traces = episode_setup
-    sched = FlowShare(predictor="wls", drop=0)
-    sim = ClusterSim(cfg, traces)
-    sim.reset(np.random.default_rng(4))
-    sched.reset(sim, np.random.default_rng(0))
-    order = want = np.zeros(0, np.int64)
-    while not (want < sim.workload.cap[order]).any():  # until some task needs less than its cap
-        sim.tick(Uniform().assign(sim))
-        order = edf_order(sim)
-        want = confident_nodes(sim, order, sched._predictions.get(sim, order))
-    counts = sched.allocate(sim)[order]
-    assert np.all(counts <= sim.workload.cap[order]) and counts.sum() <= cfg.num_nodes
-    # Uniform share up to the wants first: while any task is below its want, none is above.
-    assert not ((counts < want).any() and (counts > want).any())
-    # The nodes it does not need go to others: as many nodes in use as under uniform share.
-    assert counts.sum() == Uniform().allocate(sim).sum()
-    # Without confident predictions (every prefix too short) it is exactly uniform share.
-    fresh = ClusterSim(cfg, traces)
-    fresh.reset(np.random.default_rng(4))
-    sched.reset(fresh, np.random.default_rng(0))
-    while not len(fresh.active()):
-        fresh.tick(np.full(cfg.num_nodes, -1))
-    np.testing.assert_array_equal(sched.allocate(fresh), Uniform().allocate(fresh))
-
-
-def test_flow_share_rejects_an_unknown_predictor() -> None:
-    with pytest.raises(ValueError, match="expected 'flow', 'wls' or 'oracle'"):
-        FlowShare(predictor="gp")
-    with pytest.raises(ValueError, match="drop=1.5"):
-        FlowShare(drop=1.5)
-
-
-def test_flow_share_oracle_plans_on_true_work_after_the_same_exploration(episode_setup) -> None:
-    from flow_predictor.remaining import MIN_REPORTS
-    from flow_predictor.wrapper import SAFE_SLACK, _nodes_to_finish, flow_share_counts
-
-    cfg, traces = episode_setup
-    sim = ClusterSim(cfg, traces)
-    sim.reset(np.random.default_rng(4))
-    sched = FlowShare(predictor="oracle")
-    sched.reset(sim, np.random.default_rng(0))
-    seen_known = seen_new = False
-    while not sim.done:
-        order = edf_order(sim)
-        if len(order):
-            rw = sched._predictions.get(sim, order)
-            reports = np.array([len(sim.hist_work[k]) for k in order])
-            np.testing.assert_array_equal(rw.fallback, reports < MIN_REPORTS)
-            known = ~rw.fallback
-            np.testing.assert_array_equal(rw.samples[known, 0], sim.remaining_true(order[known]))
-            # its want is the true work's node count (the cap where none is enough)
-            need = _nodes_to_finish(sim, order, sim.remaining_true(order), SAFE_SLACK)
-            expect = np.where(known & (need > 0), need, sim.workload.cap[order])
-            want, _ = flow_share_counts(sim, order, rw)
-            np.testing.assert_array_equal(want, expect)
-            seen_known |= bool(known.any())
-            seen_new |= bool((~known).any())
-        sim.tick(sched.assign(sim))
-    assert seen_known and seen_new
-
-
-def test_flow_share_serves_hopeless_tasks_last_only_when_overloaded(episode_setup) -> None:
-    from flow_predictor.remaining import RemainingWork
-    from flow_predictor.wrapper import flow_share_counts
-
-    cfg, traces = episode_setup
-    sim = ClusterSim(cfg, traces)
-    sim.reset(np.random.default_rng(4))
-    # until the tasks after the most urgent one can take every node between them
-    while sim.workload.cap[edf_order(sim)[1:]].sum() < cfg.num_nodes:
-        assert not sim.done
-        sim.tick(Uniform().assign(sim))
-    order = edf_order(sim)
-    n = len(order)
-    hopeless = np.zeros(n, bool)
-    hopeless[0] = True  # the most urgent task: its work is never done ("not reached")
-
-    def counts(others: np.ndarray, drop: float | None = 0.05) -> tuple[np.ndarray, np.ndarray]:
-        samples = np.where(hopeless[:, None], np.inf, others[None, :])
-        want, share = flow_share_counts(
-            sim, order, RemainingWork(samples, np.zeros(n, bool)), drop=drop
-        )
-        assert (share <= sim.workload.cap[order]).all() and share.sum() <= cfg.num_nodes
-        return want, share
-
-    # The others can finish (5 % quantile tiny) but want their caps (90 % quantile huge),
-    # and their caps take every node: the hopeless task is served last, i.e. not at all.
-    wide = np.r_[np.full(4, 1e-3), np.full(28, 1e6)]
-    want, share = counts(wide)
-    assert want[~hopeless].sum() >= cfg.num_nodes
-    assert share[0] == 0 and share.sum() == cfg.num_nodes
-    # Without the triage it gets its round-robin share like everyone else.
-    assert counts(wide, drop=None)[1][0] >= 1
-    # The others need little: no overload, so no triage either.
-    want, share = counts(np.full(32, 1e-3))
-    assert want[~hopeless].sum() < cfg.num_nodes and share[0] >= 1

@@ -10,8 +10,9 @@ import torch
 from pettingzoo.test import api_test, seed_test, state_test
 
 from flow_predictor.checkpoint import load_predictor
+from flow_predictor.flow_share import confident_nodes
 from flow_predictor.wls import WLSPredictor
-from flow_predictor.wrapper import PREDICTOR_FEATURES, PredictorFeatures, confident_nodes
+from flow_predictor.wrapper import PREDICTOR_FEATURES, PredictorFeatures
 from mara_env.cluster_env import CAP_SCALE, SLOT_FEATURES, env, parallel_env
 
 torch.set_num_threads(1)
@@ -151,7 +152,7 @@ def test_prediction_cache_refreshes_on_report_growth_and_shifts_by_work_done():
 
 def test_nodes_needed_feature_is_the_flow_share_want():
     """The clone's teacher and the policy's feature agree: same predictions, same want."""
-    from mara_agents.baselines import FlowShare
+    from flow_predictor.flow_share import FlowShare
     from mara_env.schedulers import SchedulerAgent
 
     # Light load: every active task is visible (the teacher predicts all active tasks).
@@ -185,7 +186,7 @@ def test_share_features_let_a_node_realise_flow_share_exactly():
     """With K >= N the per-node rule "stay while your task's pred_share exceeds
     nodes_chosen, else join the first slot with share - chosen - pending > 0" takes
     exactly the flow_share teacher's actions: the clone's targets are learnable."""
-    from mara_agents.baselines import FlowShare
+    from flow_predictor.flow_share import FlowShare
     from mara_env.schedulers import SchedulerAgent
 
     k = SMALL["num_nodes"]

@@ -1,0 +1,245 @@
+"""flow_share: uniform share, but no task gets more nodes than it confidently needs.
+
+The rule, its parameters and the scheduler live here; the predictor wrapper's
+``pred_nodes_needed`` and ``pred_share`` features are this rule's want and count
+(:func:`flow_share_counts` serves both), and the MARA policy is cloned from it.
+
+Every tick each active task *wants* :func:`confident_nodes`: the fewest nodes that finish
+it ``slack`` ticks before its deadline if its remaining work is the ``quantile`` of the
+predicted distribution (its cap when no count within the cap does, or while its prefix is
+too short to predict).  Tasks in deadline order share the nodes round-robin up to their
+wants, then up to their caps.  While the tasks want every node between them, a task whose
+``drop`` quantile of remaining work cannot finish on its cap by its deadline is served
+last.  Numpy only: the flow model (torch) is loaded only by ``FlowShare(predictor="flow")``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from flow_predictor.remaining import MIN_REPORTS, PredictionCache, RemainingWork
+from mara_env.cluster import ClusterSim
+from mara_env.schedulers import Scheduler, edf_order, fair_share, ticks_needed, warm_nodes
+
+PREDICTORS = ("flow", "wls", "oracle")
+
+
+@dataclass(frozen=True)
+class FlowShareParams:
+    """The rule's parameters, with the defaults the shipped wrapper and policy use."""
+
+    quantile: float = 0.9  # want: this quantile of remaining work must fit ...
+    slack: int = 2  # ... this many ticks before the deadline
+    drop: float = 0.05  # triage: serve last if this quantile cannot finish (0: never)
+    refresh: float = 0.1  # predict again once a task's reports grew by this fraction
+
+    def __post_init__(self) -> None:
+        expected = {
+            "quantile": "a quantile in (0, 1]",
+            "slack": "a whole number >= 0 of ticks",
+            "drop": "a quantile in [0, 1) (0: off)",
+            "refresh": "a fraction >= 0 of the reports",
+        }
+        for key, what in expected.items():
+            value = getattr(self, key)
+            try:
+                number = float(value)
+            except (TypeError, ValueError):
+                number = float("nan")
+            ok = {
+                "quantile": 0 < number <= 1,
+                "slack": number >= 0 and number.is_integer(),
+                "drop": 0 <= number < 1,
+                "refresh": number >= 0,
+            }[key]
+            if not ok or isinstance(value, bool):
+                raise ValueError(f"flow_share: {key}={value!r}; expected {what}")
+            object.__setattr__(self, key, int(number) if key == "slack" else number)
+
+    def to_dict(self) -> dict[str, float | int]:
+        """Plain values (for a policy file's header)."""
+        return asdict(self)
+
+
+DEFAULTS = FlowShareParams()
+
+
+def nodes_needed(
+    remaining: np.ndarray,
+    time_left: np.ndarray,
+    cap: np.ndarray,
+    warm: np.ndarray,
+    rate: np.ndarray,
+    alpha: np.ndarray,
+) -> np.ndarray:
+    """Fewest nodes (1..cap) that finish ``remaining`` within ``time_left`` ticks; 0 if none.
+
+    Warm-up is counted as in :func:`~mara_env.schedulers.ticks_needed`; ``inf``/``nan``
+    remaining work gives 0.
+    """
+    remaining = np.asarray(remaining, np.float64)
+    need = np.zeros(len(remaining), np.int64)
+    if not len(remaining):
+        return need
+    n = np.arange(1, int(np.max(cap)) + 1)[None, :]
+    with np.errstate(invalid="ignore"):
+        ticks = ticks_needed(remaining[:, None], n, warm[:, None], rate[:, None], alpha[:, None])
+        ok = (n <= cap[:, None]) & (ticks <= time_left[:, None]) & np.isfinite(remaining)[:, None]
+    first = ok.argmax(axis=1)
+    return np.where(ok.any(axis=1), first + 1, 0)
+
+
+def nodes_to_finish(sim: Any, tasks: np.ndarray, work: np.ndarray, slack: int) -> np.ndarray:
+    """:func:`nodes_needed` for ``work`` left in each of ``tasks``, ``slack`` ticks early."""
+    wl = sim.workload
+    return nodes_needed(
+        work,
+        wl.deadline[tasks] - sim.t - slack,
+        wl.cap[tasks],
+        warm_nodes(sim, tasks),
+        wl.rate[tasks],
+        wl.alpha[tasks],
+    )
+
+
+def confident_nodes(
+    sim: Any,
+    tasks: np.ndarray,
+    rw: RemainingWork,
+    quantile: float = DEFAULTS.quantile,
+    slack: int = DEFAULTS.slack,
+    upper: np.ndarray | None = None,
+) -> np.ndarray:
+    """Fewest nodes that finish each task ``slack`` ticks before its deadline if its
+    remaining work is the predicted ``quantile``; its cap when no count within the cap
+    does, or when the prediction is a fallback (prefix too short) or unknown.
+
+    ``rw`` holds the predictions of ``tasks`` (remaining work from now, as
+    :meth:`PredictionCache.get` gives it); ``upper``: its ``quantile`` if already computed.
+    """
+    if upper is None:
+        upper = rw.quantiles([quantile])[:, 0]
+    need = nodes_to_finish(sim, tasks, np.where(rw.fallback, np.inf, upper), slack)
+    return np.where(need > 0, need, sim.workload.cap[tasks])
+
+
+def flow_share_counts(
+    sim: Any,
+    tasks: np.ndarray,
+    rw: RemainingWork,
+    quantile: float = DEFAULTS.quantile,
+    slack: int = DEFAULTS.slack,
+    drop: float | None = DEFAULTS.drop,
+    qs: dict[float, np.ndarray] | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """``flow_share``'s want (:func:`confident_nodes`) and count of each of ``tasks``.
+
+    ``tasks`` in deadline order share the nodes round-robin (:func:`fair_share`), first up to
+    their wants, then up to their caps.  With ``drop``: a task is *hopeless* when even the
+    ``drop`` quantile of its remaining work cannot be done by its deadline on its cap (not
+    while its prediction is a fallback); while the other tasks want at least every node,
+    hopeless ones get only what is left once the others reach their caps.
+    ``qs``: quantiles of ``rw`` already computed, by level.  Returns ``(want, counts)``,
+    both aligned with ``tasks``.
+    """
+    qs = dict(qs or {})
+    missing = [q for q in (quantile, drop) if q and q not in qs]
+    if missing:  # one sort of the samples for every level still needed
+        qs.update(zip(missing, rw.quantiles(missing).T))
+    want = confident_nodes(sim, tasks, rw, quantile, slack, upper=qs[quantile])
+    last = None
+    # Triage only matters when the wants exceed the cluster (want[~hopeless] <= want).
+    if drop and want.sum() >= sim.config.num_nodes:
+        low = qs[drop]
+        reach = nodes_to_finish(sim, tasks, np.where(rw.fallback, np.nan, low), slack=0)
+        # nan (fallback or unknown) gives 0 from nodes_needed as well: not hopeless
+        hopeless = (reach == 0) & ~rw.fallback & ~np.isnan(low)
+        if hopeless.any() and want[~hopeless].sum() >= sim.config.num_nodes:
+            last = hopeless
+    counts = fair_share(sim, tasks, want, last=last)[tasks]
+    return want, counts
+
+
+class TrueRemaining:
+    """Same interface as :class:`flow_predictor.remaining.PredictionCache`, answering with
+    each task's true remaining work (one sample) once it has ``MIN_REPORTS`` reports;
+    before that the task is a fallback (unknown), exactly as for the flow model."""
+
+    def clear(self) -> None:
+        """Nothing to forget (stateless)."""
+
+    def get(self, sim: ClusterSim, tasks: np.ndarray) -> RemainingWork:
+        """Remaining work of ``tasks`` from their current work on."""
+        tasks = np.asarray(tasks, np.int64)
+        fallback = np.array([len(sim.hist_work[k]) < MIN_REPORTS for k in tasks], bool)
+        true = np.where(fallback, np.nan, sim.remaining_true(tasks))
+        return RemainingWork(true[:, None], fallback)
+
+
+class FlowShare(Scheduler):
+    """The flow_share rule (this module's docstring) as a scheduler.
+
+    ``quantile``, ``slack``, ``drop`` (0: no triage) and ``refresh``: see
+    :class:`FlowShareParams` (None: its default, which the predictor wrapper's features
+    use, so they are exactly this scheduler's want and count).
+    ``predictor``: ``"flow"`` (the shipped checkpoint, 32 samples, as in the predictor
+    wrapper), ``"wls"``, or ``"oracle"``: each task's true remaining work once it has as
+    many reports as the flow model needs (a reference for how much better predictions
+    could gain: same exploration, same rule).
+    """
+
+    name = "flow_share"
+
+    def __init__(
+        self,
+        quantile: float | None = None,
+        slack: int | None = None,
+        predictor: str = "flow",
+        refresh: float | None = None,
+        drop: float | None = None,
+    ) -> None:
+        given = {"quantile": quantile, "slack": slack, "refresh": refresh, "drop": drop}
+        self.params = FlowShareParams(**{k: v for k, v in given.items() if v is not None})
+        if predictor not in PREDICTORS:
+            raise ValueError(
+                f"flow_share: predictor={predictor!r}; expected 'flow', 'wls' or 'oracle'"
+            )
+        # Checked here, in the parent process, not in a worker after other work; the CLI
+        # turns this error into the line naming the extra to install.
+        for module in ("torch", "threadpoolctl") if predictor == "flow" else ():
+            if importlib.util.find_spec(module) is None:
+                msg = f"flow_share: predictor='flow' needs {module}"
+                raise ModuleNotFoundError(msg, name=module)
+        self.predictor = predictor
+        self._predictions: PredictionCache | TrueRemaining | None = None
+
+    def _make_predictions(self) -> PredictionCache | TrueRemaining:
+        if self.predictor == "oracle":
+            return TrueRemaining()
+        if self.predictor == "flow":
+            from flow_predictor.checkpoint import load_predictor
+
+            return PredictionCache(load_predictor(n_samples=32), self.params.refresh)
+        from flow_predictor.wls import WLSPredictor
+
+        return PredictionCache(WLSPredictor(), self.params.refresh)
+
+    def reset(self, sim: ClusterSim, rng: np.random.Generator) -> None:
+        super().reset(sim, rng)
+        if self._predictions is None:
+            self._predictions = self._make_predictions()
+        self._predictions.clear()
+
+    def allocate(self, sim: ClusterSim) -> np.ndarray:
+        order = edf_order(sim)
+        counts = np.zeros(len(sim.status), np.int64)
+        if not len(order):
+            return counts
+        p = self.params
+        rw = self._predictions.get(sim, order)
+        _, counts[order] = flow_share_counts(sim, order, rw, p.quantile, p.slack, p.drop or None)
+        return counts
