@@ -7,10 +7,13 @@ A policy file is ``torch.save`` of a plain dict (loaded with ``weights_only=True
      "env": {...ClusterConfig the policy was trained on...},
      "wrapper": "none" | "flow" | "wls", "wrapper_options": {...},
      "state_dict": {...MaraNet weights...}, "source": "<where it came from>",
-     "predictor_sha256": "<flow checkpoint digest>" | None}
+     "predictor_sha256": "<flow checkpoint digest>" | None,
+     "flow_share": {...FlowShareParams of the pred_nodes_needed / pred_share features...} | None}
 
 :func:`load_policy` checks a file and rebuilds :class:`~mara_agents.network.MaraNet` from
-it (every defect is a :class:`PolicyFileError` naming the file); :class:`MaraPolicy` acts
+it (every defect is a :class:`PolicyFileError` naming the file, and so is a predictor
+checkpoint or flow_share rule that differs from the recorded ones: the features would
+mean something else; a file without the record loads with a warning); :class:`MaraPolicy` acts
 on one observation dict; :class:`MaraAgent` drives the PettingZoo env for the evaluation
 harness (``reset(env, seed)`` / ``act(env, agent)``).  :mod:`mara_agents.export` writes
 policy files from training checkpoints.
@@ -62,6 +65,7 @@ def save_policy(
         "state_dict": net.state_dict(),
         "source": source,
         "predictor_sha256": _predictor_digest(env_config),
+        "flow_share": _flow_share_record(env_config),
     }
     # Written beside and renamed: an interrupted export never leaves a half-written file.
     tmp = out.with_name(out.name + ".tmp")
@@ -78,6 +82,40 @@ def _predictor_digest(env_config: dict[str, Any]) -> str | None:
 
     path = (env_config.get("wrapper_options") or {}).get("path") or SHIPPED_CHECKPOINT
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def _flow_share_record(env_config: dict[str, Any]) -> dict[str, float] | None:
+    """The flow_share parameters behind the wrapper's features (None without a wrapper)."""
+    if env_config.get("wrapper", "none") == "none":
+        return None
+    from flow_predictor.flow_share import DEFAULTS
+
+    return DEFAULTS.to_dict()
+
+
+def _check_features(path: Path, data: dict[str, Any]) -> None:
+    """Refuse a policy whose predictor features this install computes differently."""
+    env = {"wrapper": data["wrapper"], "wrapper_options": data.get("wrapper_options")}
+    try:
+        digest = _predictor_digest(env)
+    except OSError as exc:
+        raise PolicyFileError(f"{path}: its flow checkpoint cannot be read: {exc}") from None
+    now = {"flow_share": _flow_share_record(env), "predictor_sha256": digest}
+    for key, current in now.items():
+        if current is None:
+            continue
+        if data.get(key) is None:
+            warnings.warn(
+                f"{path}: the policy file does not record its {key!r} (written before it was "
+                "recorded): unknown whether its predictor features match this install's",
+                stacklevel=3,
+            )
+        elif data[key] != current:
+            raise PolicyFileError(
+                f"{path}: trained with {key}={data[key]!r}, but this install computes the "
+                f"predictor features with {current!r}; retrain the policy, or use the "
+                "predictor and flow_share rule it was trained with"
+            )
 
 
 class MaraPolicy:
@@ -222,6 +260,7 @@ def load_policy(path: str | Path = SHIPPED_POLICY, seed: int | None = None) -> M
     path = Path(path)
     data = _read(path)
     net = _network(path, data)
+    _check_features(path, data)
     meta = {k: v for k, v in data.items() if k != "state_dict"}
     return MaraPolicy(net, meta, seed)
 
@@ -245,20 +284,10 @@ class MaraAgent:
         # the harness builds this agent's env with the slot count the policy was trained on
         self.num_slots = self.policy.net.layout.num_slots
         self._view: Any = None
-        self._checked = False
 
     def reset(self, env: Any, seed: int) -> None:
         """Call right after ``env.reset(seed=seed)``."""
         self.policy.seed(seed)
-        meta = self.policy.meta
-        if meta.get("predictor_sha256") and not self._checked:
-            self._checked = True
-            if _predictor_digest(meta) != meta["predictor_sha256"]:
-                warnings.warn(
-                    "the flow-predictor checkpoint differs from the one this policy was "
-                    "trained with: its observation features may have shifted",
-                    stacklevel=2,
-                )
         # A fresh view per episode: the wrapper caches predictions per task.
         self._view = wrap(env, self.policy.wrapper, self.policy.meta.get("wrapper_options"))
 

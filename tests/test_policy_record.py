@@ -1,0 +1,73 @@
+"""Policy files record the predictor checkpoint and flow_share rule behind their features."""
+
+from __future__ import annotations
+
+import hashlib
+import warnings
+
+import pytest
+import torch
+
+from flow_predictor.checkpoint import SHIPPED_CHECKPOINT
+from flow_predictor.flow_share import DEFAULTS
+from mara_agents.policy import SHIPPED_POLICY, PolicyFileError, load_policy, save_policy
+
+
+def shipped_with(tmp_path, **changes):
+    """A copy of the shipped policy file with header entries changed (None: removed)."""
+    data = torch.load(SHIPPED_POLICY, weights_only=True)
+    for key, value in changes.items():
+        if value is None:
+            data.pop(key)
+        else:
+            data[key] = value
+    out = tmp_path / "policy.pt"
+    torch.save(data, out)
+    return out
+
+
+def test_the_shipped_policy_records_what_it_was_trained_with_and_loads_silently():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        policy = load_policy()
+    assert policy.meta["flow_share"] == DEFAULTS.to_dict()
+    digest = hashlib.sha256(SHIPPED_CHECKPOINT.read_bytes()).hexdigest()
+    assert policy.meta["predictor_sha256"] == digest
+
+
+def test_save_policy_writes_the_record(tmp_path):
+    net = load_policy().net
+    env = {"wrapper": "flow", "wrapper_options": {"n_samples": 32}}
+    data = torch.load(save_policy(net, tmp_path / "p.pt", env), weights_only=True)
+    assert data["flow_share"] == {"quantile": 0.9, "slack": 2, "drop": 0.05, "refresh": 0.1}
+    assert data["predictor_sha256"] == hashlib.sha256(SHIPPED_CHECKPOINT.read_bytes()).hexdigest()
+    bare = torch.load(save_policy(net, tmp_path / "n.pt", {}), weights_only=True)
+    assert bare["flow_share"] is None and bare["predictor_sha256"] is None
+
+
+def test_another_flow_share_rule_is_refused_naming_the_file_and_the_values(tmp_path):
+    rule = {**DEFAULTS.to_dict(), "quantile": 0.8}
+    path = shipped_with(tmp_path, flow_share=rule)
+    with pytest.raises(PolicyFileError, match=r"policy\.pt: trained with flow_share=.*0\.8"):
+        load_policy(path)
+
+
+def test_another_predictor_checkpoint_is_refused(tmp_path):
+    path = shipped_with(tmp_path, predictor_sha256="0" * 64)
+    with pytest.raises(PolicyFileError, match="trained with predictor_sha256='0000"):
+        load_policy(path)
+
+
+def test_an_unreadable_recorded_checkpoint_is_refused(tmp_path):
+    missing = tmp_path / "gone.pt"
+    path = shipped_with(tmp_path, wrapper_options={"n_samples": 32, "path": str(missing)})
+    with pytest.raises(PolicyFileError, match="its flow checkpoint cannot be read"):
+        load_policy(path)
+
+
+@pytest.mark.parametrize("key", ["flow_share", "predictor_sha256"])
+def test_a_file_without_the_record_loads_with_a_warning(tmp_path, key):
+    path = shipped_with(tmp_path, **{key: None})
+    with pytest.warns(UserWarning, match=f"does not record its '{key}'"):
+        policy = load_policy(path)
+    assert policy.net.layout == load_policy().net.layout
