@@ -9,6 +9,8 @@ they may come from a base file)::
     env: {...}                # ClusterConfig keys (mara_env.config.ClusterConfig)
     wrapper: flow             # none | flow | wls: per-slot predictor features
     wrapper_options: {...}    # keyword arguments of the predictor (FlowPredictor / WLSPredictor)
+    view: node                # node: one RLlib step per node decision (AEC env);
+                              # round: one step per decision round of all nodes (RoundEnv)
     model: {...}              # ModelConfig keys (mara_agents.network.ModelConfig)
     pretrain: {...}           # behaviour-cloning warm start (PretrainConfig), optional
     stop: {...}               # training_iteration | time_total_s | env_steps
@@ -61,6 +63,9 @@ STOP_KEYS = {
 }
 # The record of the experiment a run was started with, inside its directory.
 RECORD = "experiment.yaml"
+# What one RLlib env step is: one node's decision (the AEC env through PettingZooEnv) or
+# one decision round of all nodes (mara_env.round_env.RoundEnv, MaraRoundModule).
+VIEWS = ("node", "round")
 
 
 @dataclass(frozen=True)
@@ -99,6 +104,7 @@ class Experiment:
     seed: int = 0
     wrapper: str = "none"
     wrapper_options: dict[str, Any] = field(default_factory=dict)
+    view: str = "node"
     model: dict[str, Any] = field(default_factory=dict)
     pretrain: PretrainConfig = PretrainConfig()
     stop: dict[str, float] = field(default_factory=lambda: {"training_iteration": 100})
@@ -288,6 +294,7 @@ TOP_LEVEL: dict[str, Rule] = {
     "env": MAPPING,
     "wrapper": Rule(lambda v: v in WRAPPERS, f"one of {list(WRAPPERS)}"),
     "wrapper_options": MAPPING | NULL,
+    "view": Rule(lambda v: v in VIEWS, f"one of {list(VIEWS)}"),
     "model": MAPPING | NULL,
     "pretrain": MAPPING | NULL,
     "stop": Rule(lambda v: v is None or (isinstance(v, dict) and bool(v)), "a non-empty mapping"),
@@ -453,6 +460,7 @@ def parse_experiment(data: Any, where: str = "experiment") -> Experiment:
         seed=data.get("seed", 0),
         wrapper=wrapper,
         wrapper_options=dict(wrapper_options),
+        view=data.get("view", "node"),
         model=dataclasses.asdict(model),
         pretrain=pretrain,
         stop=dict(data.get("stop") or {"training_iteration": 100}),

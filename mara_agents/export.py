@@ -12,27 +12,33 @@ from typing import Any
 
 import numpy as np
 import torch
+from ray.rllib.core import DEFAULT_MODULE_ID
 
 from mara_agents.experiment import Experiment
 from mara_agents.network import MaraNet, ObsLayout, model_config_from
 from mara_agents.policy import save_policy
-from mara_agents.rl_module import SHARED_MODULE_ID
+from mara_agents.rl_module import SHARED_MODULE_ID, round_layout
 from mara_env.cluster_env import QUEUE_FEATURES
 
 
 def _module_dir(checkpoint: Path) -> Path:
-    """The shared module's directory inside an algorithm (or module) checkpoint."""
+    """The policy module's directory inside an algorithm (or module) checkpoint: the
+    shared module of the node view, or the single module of the round view."""
+    modules = checkpoint / "learner_group" / "learner" / "rl_module"
     for cand in (
-        checkpoint / "learner_group" / "learner" / "rl_module" / SHARED_MODULE_ID,
+        modules / SHARED_MODULE_ID,
+        modules / DEFAULT_MODULE_ID,
         checkpoint / "rl_module" / SHARED_MODULE_ID,
+        checkpoint / "rl_module" / DEFAULT_MODULE_ID,
         checkpoint / SHARED_MODULE_ID,
         checkpoint,
     ):
         if (cand / "module_state.pkl").is_file() and (cand / "class_and_ctor_args.pkl").is_file():
             return cand
     raise FileNotFoundError(
-        f"{checkpoint}: no RLlib checkpoint of module {SHARED_MODULE_ID!r} found "
-        "(expected learner_group/learner/rl_module/shared/module_state.pkl)"
+        f"{checkpoint}: no RLlib checkpoint of module {SHARED_MODULE_ID!r} or "
+        f"{DEFAULT_MODULE_ID!r} found (expected learner_group/learner/rl_module/"
+        f"{SHARED_MODULE_ID}/module_state.pkl)"
     )
 
 
@@ -56,9 +62,12 @@ def export_checkpoint(checkpoint: str | Path, out: str | Path) -> Path:
     with (mdir / "module_state.pkl").open("rb") as f:
         state = pickle.load(f)
     space = kwargs["observation_space"]
-    layout = ObsLayout.infer(
-        space["observation"].shape[0], space["state"].shape[0], int(kwargs["action_space"].n)
-    )
+    if "nodes" in space.spaces:  # the round view (MaraRoundModule)
+        layout = round_layout(space)
+    else:
+        layout = ObsLayout.infer(
+            space["observation"].shape[0], space["state"].shape[0], int(kwargs["action_space"].n)
+        )
     config = model_config_from(kwargs["model_config"])
     net = MaraNet(layout, config)
     net.load_state_dict(

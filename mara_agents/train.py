@@ -3,7 +3,12 @@
 * :func:`build_config` turns an experiment into a ``PPOConfig`` (new API stack, one shared
   module for all nodes, centralized critic, gamma = 1, the experiment's overrides last).
 * :class:`MaraMetrics` logs the simulator's episode metrics next to RLlib's; Tune's
-  TensorBoard logger writes them as ``ray/tune/env_runners/mara/<metric>``.
+  TensorBoard logger writes them as ``ray/tune/env_runners/mara/<metric>``, and node
+  decisions per second of wall time as ``ray/tune/mara/node_decisions_per_s``.
+* ``view: node`` trains on the AEC env (one RLlib step per node decision, module
+  :class:`MaraRLModule` shared by all nodes); ``view: round`` on
+  :class:`~mara_env.round_env.RoundEnv` (one step per decision round, module
+  :class:`MaraRoundModule`, which decodes the N nodes autoregressively).
 * :func:`pretrain` clones a heuristic scheduler (behaviour cloning + critic regression)
   into a state dict the module loads at setup (warm start).
 * :func:`train` runs (or resumes) the Tune experiment and returns the result grid.
@@ -34,8 +39,8 @@ from mara_agents.experiment import (
     write_record,
 )
 from mara_agents.network import MASKED_LOGIT, MaraNet, ObsLayout, model_config_from
-from mara_agents.rl_module import SHARED_MODULE_ID, MaraRLModule
-from mara_agents.rllib_env import make_wrapped_env, register
+from mara_agents.rl_module import SHARED_MODULE_ID, MaraRLModule, MaraRoundModule
+from mara_agents.rllib_env import ROUND_ENV_ID, make_wrapped_env, register
 from mara_env.config import ConfigError
 
 # Episode metrics (from the simulator) logged per episode, averaged per iteration.
@@ -71,13 +76,35 @@ def policy_mapping_fn(agent_id: str, episode: Any = None, **kwargs: Any) -> str:
     return SHARED_MODULE_ID
 
 
+def decisions_per_step(config: Any) -> int:
+    """Node decisions per RLlib env step: N for the round view, 1 for the node view."""
+    return int(config.env_config["cluster"]["num_nodes"]) if config.env == ROUND_ENV_ID else 1
+
+
 class MaraMetrics(RLlibCallback):
-    """Log the simulator's episode metrics (``infos["episode"]``) under ``mara/``."""
+    """Log the simulator's episode metrics (``infos["episode"]``) under ``mara/``, and
+    node decisions (lifetime, and per second of wall time in each iteration) under
+    ``mara/`` of the training result."""
 
     def on_environment_created(self, *, env_runner: Any = None, **kwargs: Any) -> None:
         # Env runners infer one step at a time: intra-op threads only add contention
         # (on a busy 2-core machine a tiny layer_norm took 10 ms with 2 threads).
         torch.set_num_threads(1)
+
+    def on_algorithm_init(self, *, algorithm: Any, **kwargs: Any) -> None:
+        self._clock = time.perf_counter()
+
+    def on_train_result(self, *, algorithm: Any, result: dict, **kwargs: Any) -> None:
+        now = time.perf_counter()
+        elapsed, self._clock = now - getattr(self, "_clock", now), now
+        per_step = decisions_per_step(algorithm.config)
+        runners = result.get("env_runners", {})
+        steps = float(runners.get("num_env_steps_sampled", 0.0))
+        lifetime = float(runners.get("num_env_steps_sampled_lifetime", 0.0))
+        result["mara"] = {
+            "node_decisions": lifetime * per_step,
+            "node_decisions_per_s": steps * per_step / elapsed if elapsed > 0 else float("nan"),
+        }
 
     def on_episode_end(
         self,
@@ -89,18 +116,26 @@ class MaraMetrics(RLlibCallback):
     ) -> None:
         if metrics_logger is None:
             return
-        last = {aid: sa.get_infos()[-1:] for aid, sa in episode.agent_episodes.items()}
-        final = [(aid, i[0]["episode"]) for aid, i in last.items() if i and "episode" in i[0]]
-        if not final:
-            return
-        agent, info = final[0]
-        # The episode may have been sampled in several chunks; the team return is one
-        # node's return summed over all of them.
-        team_return = sum(
-            chunk.agent_episodes[agent].get_return()
-            for chunk in [*(prev_episode_chunks or []), episode]
-            if agent in chunk.agent_episodes
-        )
+        chunks = [*(prev_episode_chunks or []), episode]
+        # The episode may have been sampled in several chunks; the team return is the
+        # round view's return, or one node's, summed over all of them.
+        if hasattr(episode, "agent_episodes"):
+            last = {aid: sa.get_infos()[-1:] for aid, sa in episode.agent_episodes.items()}
+            final = [(aid, i[0]["episode"]) for aid, i in last.items() if i and "episode" in i[0]]
+            if not final:
+                return
+            agent, info = final[0]
+            team_return = sum(
+                chunk.agent_episodes[agent].get_return()
+                for chunk in chunks
+                if agent in chunk.agent_episodes
+            )
+        else:
+            last = episode.get_infos()[-1:]
+            if not last or "episode" not in last[0]:
+                return
+            info = last[0]["episode"]
+            team_return = sum(chunk.get_return() for chunk in chunks)
         for key in EPISODE_METRICS:
             metrics_logger.log_value(("mara", key), float(info[key]), reduce="mean", window=50)
         # With gamma = 1 the shaped return telescopes to the completions; a gap means a
@@ -124,23 +159,33 @@ def build_config(
     runners = {**ENV_RUNNER_DEFAULTS, **exp.rllib.get("env_runners", {})}
     if num_env_runners is not None:
         runners["num_env_runners"] = num_env_runners
+    node_env = register()
     config = (
         PPOConfig()
-        .environment(register(), env_config=exp.env_config(), disable_env_checking=True)
+        .environment(
+            ROUND_ENV_ID if exp.view == "round" else node_env,
+            env_config=exp.env_config(),
+            disable_env_checking=True,
+        )
         .framework("torch")
         .env_runners(**runners)
         .training(**{**TRAINING_DEFAULTS, **exp.rllib.get("training", {})})
-        .multi_agent(policies={SHARED_MODULE_ID}, policy_mapping_fn=policy_mapping_fn)
-        .rl_module(
+        .callbacks(MaraMetrics)
+        .debugging(seed=exp.seed)
+    )
+    if exp.view == "round":
+        config.rl_module(
+            rl_module_spec=RLModuleSpec(module_class=MaraRoundModule, model_config=model)
+        )
+    else:
+        config.multi_agent(policies={SHARED_MODULE_ID}, policy_mapping_fn=policy_mapping_fn)
+        config.rl_module(
             rl_module_spec=MultiRLModuleSpec(
                 rl_module_specs={
                     SHARED_MODULE_ID: RLModuleSpec(module_class=MaraRLModule, model_config=model)
                 }
             )
         )
-        .callbacks(MaraMetrics)
-        .debugging(seed=exp.seed)
-    )
     for method, kwargs in exp.rllib.items():
         if method not in ("env_runners", "training"):
             getattr(config, method)(**kwargs)
@@ -393,8 +438,9 @@ def _result_rows(trial_dir: str | Path) -> list[dict[str, Any]]:
 
 def write_learning_curves_csv(trial_dir: str | Path, path: str | Path) -> Path:
     """One row per training iteration: ``training_iteration``, ``time_total_s``,
-    ``num_env_steps_sampled_lifetime`` and every simulator metric logged under
-    ``env_runners/mara/`` (empty where no episode ended in that iteration).
+    ``num_env_steps_sampled_lifetime``, ``node_decisions`` and ``node_decisions_per_s``
+    (:class:`MaraMetrics`) and every simulator metric logged under ``env_runners/mara/``
+    (empty where no episode ended in that iteration).
 
     Tune's own ``progress.csv`` fixes its columns at the first iteration, before any episode
     has ended, so it never holds these metrics; this file does.
@@ -405,6 +451,7 @@ def write_learning_curves_csv(trial_dir: str | Path, path: str | Path) -> Path:
     for r in _result_rows(trial_dir):
         row = {k: r.get(k) for k in ("training_iteration", "time_total_s")}
         row["num_env_steps_sampled_lifetime"] = _nested(r, "num_env_steps_sampled_lifetime")
+        row.update({k: float(v) for k, v in r.get("mara", {}).items() if np.isscalar(v)})
         mara = r.get("env_runners", {}).get("mara", {})
         row.update({k: float(v) for k, v in mara.items() if np.isscalar(v)})
         rows.append(row)
