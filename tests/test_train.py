@@ -74,6 +74,49 @@ def test_smoke_trains_logs_and_exports(tmp_path: Path) -> None:
     assert {"shaped_return", "reassignments", "num_env_steps_sampled_lifetime"} <= set(curves)
 
 
+def test_round_view_smoke_trains_logs_and_exports(tmp_path: Path) -> None:
+    """``view: round``: one RLlib step per decision round; node decisions are logged."""
+    import json
+
+    import pandas as pd
+    import ray
+
+    from mara_agents.export import export_checkpoint
+    from mara_agents.policy import load_policy
+    from mara_agents.train import train, write_learning_curves_csv
+
+    path = smoke_yaml(tmp_path)
+    data = yaml.safe_load(path.read_text())
+    data["view"] = "round"
+    data["model"]["stay_bias"] = 3.0
+    data["rllib"]["env_runners"]["rollout_fragment_length"] = 50
+    data["rllib"]["training"].update(train_batch_size_per_learner=50, minibatch_size=25)
+    path.write_text(yaml.safe_dump(data))
+    exp = load_experiment(path)
+    try:
+        grid = train(exp, out=tmp_path / "runs", verbose=0)
+    finally:
+        ray.shutdown()
+    result = grid[0]
+    assert result.error is None
+    trial = Path(result.path)
+    assert "ComputeClusterRounds" in trial.name
+    rows = [json.loads(line) for line in (trial / "result.json").read_text().splitlines()]
+    # 50 rounds of 4 nodes each
+    assert rows[-1]["mara"]["node_decisions"] == 50 * exp.env.num_nodes
+    assert rows[-1]["mara"]["node_decisions_per_s"] > 0
+    tags = scalar_tags(trial)
+    assert {
+        "ray/tune/mara/node_decisions_per_s",
+        "ray/tune/env_runners/mara/completion_rate",
+    } <= tags
+    curves = pd.read_csv(write_learning_curves_csv(trial, tmp_path / "curves.csv"))
+    assert curves["node_decisions"].iloc[-1] == 50 * exp.env.num_nodes
+    policy = load_policy(export_checkpoint(result.checkpoint.path, tmp_path / "p.pt"))
+    assert policy.net.config.stay_bias == 3.0
+    assert policy.meta["env"]["num_nodes"] == exp.env.num_nodes
+
+
 def _iterations(trial_dir: Path) -> list[int]:
     import json
 
