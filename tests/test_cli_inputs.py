@@ -59,10 +59,10 @@ def test_evaluate_refuses_bad_values(tmp_path, capsys, args, culprit):
 def test_evaluate_refuses_an_out_that_is_not_a_writable_directory(tmp_path, capsys):
     afile = tmp_path / "results.csv"
     afile.write_text("keep me")
-    refused([*EVALUATE, "--out", str(afile)], capsys, f"--out {afile}", "not a directory")
+    refused([*EVALUATE, "--out", str(afile)], capsys, f"--out {afile}: is a file", "directory")
     below = afile / "sub"
-    refused([*EVALUATE, "--out", str(below)], capsys, f"--out {below}", f"{afile} is a file")
-    refused([*EVALUATE, "--out", UNWRITABLE], capsys, f"--out {UNWRITABLE}", "cannot write")
+    refused([*EVALUATE, "--out", str(below)], capsys, f"--out {below}: {afile} is a file")
+    refused([*EVALUATE, "--out", UNWRITABLE], capsys, f"--out {UNWRITABLE}: cannot write")
     assert afile.read_text() == "keep me"
     assert [p.name for p in tmp_path.iterdir()] == ["results.csv"]
 
@@ -112,6 +112,31 @@ def test_predictor_evaluate_refuses_zero_samples(tmp_path, capsys):
     argv = ["predictor", "evaluate", "--split", "test", "--samples", "0", "--out", str(out)]
     refused(argv, capsys, "--samples 0", ">= 1", status=1)
     assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "culprit"),
+    [
+        (["--epochs", "0"], "--epochs 0: expected an integer >= 1"),
+        (["--batch-size", "0"], "--batch-size 0: expected an integer >= 1"),
+        (["--prefixes-per-trace", "0"], "--prefixes-per-trace 0: expected an integer >= 1"),
+        (["--hidden", "0"], "--hidden 0: expected an integer >= 1"),
+        (["--synthetic", "-1"], "--synthetic -1: expected an integer >= 0"),
+        (["--lr", "nan"], "--lr nan: expected a finite number > 0"),
+        (["--lr", "-1"], "--lr -1.0: expected a finite number > 0"),
+        (["--sim-like", "2"], "--sim-like 2.0: expected a share in [0, 1]"),
+        (["--max-minutes", "0"], "--max-minutes 0.0: expected a finite number > 0"),
+        (["--out", "{tmp}"], "--out {tmp}: expected a file path, not a directory"),
+        (["--out", "{tmp}/f.txt/flow.pt"], "--out {tmp}/f.txt/flow.pt: {tmp}/f.txt is a file"),
+        (["--out", UNWRITABLE + "/flow.pt"], f"--out {UNWRITABLE}/flow.pt: cannot write"),
+    ],
+)
+def test_predictor_train_refuses_bad_values(tmp_path, capsys, args, culprit):
+    (tmp_path / "f.txt").write_text("")
+    args = [a.format(tmp=tmp_path) for a in args]
+    argv = ["predictor", "train", "--out", str(tmp_path / "run" / "flow.pt"), *args]
+    refused(argv, capsys, culprit.format(tmp=tmp_path), status=1)
+    assert [p.name for p in tmp_path.iterdir()] == ["f.txt"]
 
 
 def test_predictor_evaluate_explains_a_library_with_nothing_to_predict(tmp_path, capsys):

@@ -6,6 +6,7 @@ expected, before any work starts (the commands print :class:`UsageError` and exi
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
 import tempfile
@@ -38,10 +39,21 @@ def parse_list(text: str, option: str, cast: Callable[[str], T], expected: str) 
     return values
 
 
+def check(ok: bool, option: str, value: object, expected: str) -> None:
+    """Raise :class:`UsageError` naming ``option`` and ``value`` unless ``ok``."""
+    if not ok:
+        raise UsageError(f"{option} {value}: expected {expected}")
+
+
 def at_least(value: int, option: str, low: int) -> int:
     """``value``, unless it is below ``low``."""
-    if value < low:
-        raise UsageError(f"{option} {value}: expected an integer >= {low}")
+    check(value >= low, option, value, f"an integer >= {low}")
+    return value
+
+
+def positive(value: float, option: str) -> float:
+    """``value``, unless it is not a finite number > 0."""
+    check(math.isfinite(value) and value > 0, option, value, "a finite number > 0")
     return value
 
 
@@ -53,20 +65,21 @@ def seed(text: str) -> int:
     return value
 
 
-def check_output_dir(path: str | os.PathLike, option: str = "--out") -> None:
+def check_output_dir(path: str | os.PathLike, option: str = "--out", label: object = None) -> None:
     """Raise :class:`UsageError` unless new files can be written in directory ``path``
-    (which may not exist yet).
+    (which may not exist yet); messages show ``label`` (default: ``path``) as the value.
 
     Checked by writing a probe file, which also holds for root and read-only mounts; the
     file system is left as it was (directories made for the probe are removed again).
     """
     path = Path(path)
+    label = path if label is None else label
     existing = path
     while not existing.exists() and existing != existing.parent:
         existing = existing.parent
     if not existing.is_dir():
-        where = "" if existing == path else f" ({existing} is a file)"
-        raise UsageError(f"{option} {path}: not a directory{where}; expected a directory")
+        what = "is a file" if existing == label else f"{existing} is a file"
+        raise UsageError(f"{option} {label}: {what}; expected a directory there")
     made = None if existing == path else existing / path.relative_to(existing).parts[0]
     try:
         path.mkdir(parents=True, exist_ok=True)
@@ -74,9 +87,17 @@ def check_output_dir(path: str | os.PathLike, option: str = "--out") -> None:
             pass
     except OSError as exc:
         raise UsageError(
-            f"{option} {path}: cannot write there ({exc.strerror or exc}); "
+            f"{option} {label}: cannot write in {path} ({exc.strerror or exc}); "
             "expected a writable directory"
         ) from None
     finally:
         if made is not None:
             shutil.rmtree(made, ignore_errors=True)
+
+
+def output_file(path: str | os.PathLike, option: str = "--out") -> None:
+    """Raise :class:`UsageError` unless file ``path`` can be written (see
+    :func:`check_output_dir` for its directory)."""
+    path = Path(path)
+    check(not path.is_dir(), option, path, "a file path, not a directory")
+    check_output_dir(path.parent, option, label=path)

@@ -74,8 +74,22 @@ def run_train(args: argparse.Namespace) -> int:
     """Train, printing the best validation metrics."""
     from flow_predictor.checkpoint import CheckpointError
     from flow_predictor.train import TrainConfig, train
+    from mara_agents.commands import checks
     from mara_env.traces import TraceError
 
+    try:
+        for option in ("epochs", "batch_size", "prefixes_per_trace", "hidden", "depth"):
+            checks.at_least(getattr(args, option), "--" + option.replace("_", "-"), 1)
+        checks.at_least(args.synthetic, "--synthetic", 0)
+        checks.at_least(args.seed, "--seed", 0)
+        checks.positive(args.lr, "--lr")
+        checks.check(0 <= args.sim_like <= 1, "--sim-like", args.sim_like, "a share in [0, 1]")
+        if args.max_minutes is not None:
+            checks.positive(args.max_minutes, "--max-minutes")
+        checks.output_file(args.out)
+    except checks.UsageError as exc:
+        print(f"mara predictor train: error: {exc}", file=sys.stderr)
+        return 1
     cfg = TrainConfig(
         traces=args.traces,
         split=args.split,
