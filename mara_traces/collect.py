@@ -13,11 +13,23 @@ import torch
 from tqdm import tqdm
 
 from mara_env.traces import REQUIRED_COLUMNS, read_traces, write_traces
-from mara_traces import rl, tabular, vision
+from mara_traces import lm, rl, tabular, vision
 from mara_traces.common import source_name
 from mara_traces.splits import split_of
 
-FAMILIES = {"tabular": tabular, "vision": vision, "rl": rl}
+FAMILIES = {"tabular": tabular, "vision": vision, "rl": rl, "lm": lm}
+# The shipped library (v2): (family, config stream, traces).  The v1 streams are the first
+# library's draws, unchanged; the v2 streams add the schedules, optimisers, environments and
+# held-out sources of library v2; lm is new.
+LIBRARY_RECIPE: tuple[tuple[str, str, int], ...] = (
+    ("tabular", "v1", 220),
+    ("vision", "v1", 220),
+    ("rl", "v1", 220),
+    ("rl", "v2", 150),
+    ("lm", "v1", 320),
+    ("tabular", "v2", 120),
+    ("vision", "v2", 120),
+)
 CHUNK = 10  # traces between writes: a kill loses at most this many runs
 
 
@@ -150,9 +162,35 @@ def _flush(frames: list[pd.DataFrame], out: Path) -> pd.DataFrame:
     return table
 
 
-def build_library(out: Path, n_per_family: int, seed: int = 0, workers: int = 1) -> pd.DataFrame:
-    """Collect ``n_per_family`` traces of every family into ``out`` (the shipped library)."""
-    table = pd.DataFrame()
-    for family in FAMILIES:
-        table = collect(family, n_per_family, out, seed=seed, workers=workers)
+def build_library(
+    out: Path,
+    recipe: tuple[tuple[str, str, int], ...] = LIBRARY_RECIPE,
+    seed: int = 0,
+    workers: int = 1,
+    progress: bool = True,
+) -> pd.DataFrame:
+    """Collect every (family, stream, n) of ``recipe`` into ``out``, resuming what is there.
+
+    Splits are recomputed from the sources at the end (:func:`split_of`), so a library
+    collected under earlier split rules is re-split, never re-run.
+    """
+    for family, stream, n in recipe:
+        collect(family, n, out, seed=seed, workers=workers, progress=progress, stream=stream)
+    table = read_traces(out)
+    table["split"] = table["source"].map(split_of)
+    write_traces(table, out)
     return table
+
+
+def learning_traces(table: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
+    """The traces whose loss falls below its first value, and the ids of those dropped.
+
+    A run that never learns (an RL agent that never reaches a goal) is a real outcome, but
+    as a task it meets any target at its first report; the shipped library leaves it out,
+    as ``mara traces import`` does (``mara_env.traces.reject_flat``).
+    """
+    first = table.groupby("trace_id", sort=False)["loss"].transform("first")
+    best = table.groupby("trace_id", sort=False)["loss"].transform("min")
+    flat = best >= first
+    dropped = sorted(table.loc[flat, "trace_id"].unique())
+    return table[~flat].reset_index(drop=True), dropped

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import torch
 from torch import nn
 
 OPTIMIZERS = ("sgd", "momentum", "adam", "rmsprop")
 SCHEDULES = ("const", "cosine", "step")
+# The v2 streams draw from these; the tuples above stay as they are so v1 draws never change.
+OPTIMIZERS_V2 = ("momentum", "adam", "adamw", "sgd")
+SCHEDULES_V2 = ("const", "cosine", "step", "warmup_cosine", "invsqrt")
+WARMUP = 0.05  # fraction of a run spent warming up (warmup_cosine, invsqrt)
 
 
 def log_uniform(rng: np.random.Generator, lo: float, hi: float) -> float:
@@ -35,7 +41,10 @@ def make_optimizer(name: str, params, lr: float) -> torch.optim.Optimizer:
         return torch.optim.Adam(params, lr=lr)
     if name == "rmsprop":
         return torch.optim.RMSprop(params, lr=lr, alpha=0.99)
-    raise ValueError(f"unknown optimiser {name!r}; expected one of {list(OPTIMIZERS)}")
+    if name == "adamw":
+        return torch.optim.AdamW(params, lr=lr, weight_decay=0.01)
+    known = sorted({*OPTIMIZERS, *OPTIMIZERS_V2})
+    raise ValueError(f"unknown optimiser {name!r}; expected one of {known}")
 
 
 def lr_factor(schedule: str, frac: float) -> float:
@@ -44,9 +53,17 @@ def lr_factor(schedule: str, frac: float) -> float:
         return 1.0
     if schedule == "cosine":
         return 0.05 + 0.95 * 0.5 * (1.0 + np.cos(np.pi * frac))
-    if schedule == "step":
+    if schedule == "step":  # x0.1 at 1/3 and 2/3 of the run: the drops show in the curve
         return 0.1 ** int(frac * 3)
-    raise ValueError(f"unknown schedule {schedule!r}; expected one of {list(SCHEDULES)}")
+    if schedule == "warmup_cosine":  # linear warm-up, then cosine down to 5 %
+        if frac < WARMUP:
+            return (frac + 1e-3) / WARMUP
+        rest = (frac - WARMUP) / (1.0 - WARMUP)
+        return 0.05 + 0.95 * 0.5 * (1.0 + np.cos(np.pi * rest))
+    if schedule == "invsqrt":  # linear warm-up, then 1/sqrt(t) (transformer-style)
+        return (frac + 1e-3) / WARMUP if frac < WARMUP else float(np.sqrt(WARMUP / frac))
+    known = sorted({*SCHEDULES, *SCHEDULES_V2})
+    raise ValueError(f"unknown schedule {schedule!r}; expected one of {known}")
 
 
 def mlp(
@@ -73,10 +90,12 @@ def train_supervised(
     points: int,
     log_every: int,
     seed: int,
+    augment: Callable[[torch.Tensor, torch.Generator], torch.Tensor] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Minibatch training; logs the mean training loss of each ``log_every`` steps.
 
     Returns (step, loss) with ``points`` entries; ``step`` counts optimiser steps.
+    ``augment`` transforms each input batch (random draws from the given generator).
     """
     gen = torch.Generator().manual_seed(seed)
     optim = make_optimizer(opt, model.parameters(), lr)
@@ -94,7 +113,8 @@ def train_supervised(
         cursor += batch_size
         for group in optim.param_groups:
             group["lr"] = lr * lr_factor(schedule, t / total)
-        loss = loss_fn(model(x[idx]), y[idx])
+        xb = x[idx] if augment is None else augment(x[idx], gen)
+        loss = loss_fn(model(xb), y[idx])
         optim.zero_grad(set_to_none=True)
         loss.backward()
         nn.utils.clip_grad_norm_(model.parameters(), 50.0)

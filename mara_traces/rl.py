@@ -25,6 +25,12 @@ RETURN_RANGE = {
     "CartPole-v1": (0.0, 500.0),
     "Acrobot-v1": (-500.0, 0.0),
     "FrozenLake-v1": (0.0, 1.0),  # return = reached the goal; loss = 1 - success rate
+    # v2 environments: [lo, hi] runs from about a random policy's return to a good one's.
+    "CliffWalking-v1": (-1000.0, -13.0),  # 200-step limit; -13 is the shortest safe path
+    "Taxi-v3": (-800.0, 8.0),  # random ~ -770 (illegal pick-ups cost 10); optimal ~ +8
+    "LunarLander-v3": (-400.0, 250.0),  # random ~ -180; 200 counts as solved
+    "MiniGrid-Empty-5x5-v0": (0.0, 1.0),  # 1 - 0.9 * steps / max_steps on success, else 0
+    "MiniGrid-Dynamic-Obstacles-5x5-v0": (-1.0, 1.0),  # -1: hit an obstacle
 }
 RETURN_WINDOW = 20
 # Sampling weight of each (env, algorithm); a split's pairs sum to its share
@@ -43,6 +49,11 @@ ENV_STEPS = {
     "CartPole-v1": (15_000, 40_000),
     "Acrobot-v1": (8_000, 20_000),
     "FrozenLake-v1": (15_000, 45_000),  # 4x4; x map side / 4 for bigger lakes
+    "CliffWalking-v1": (15_000, 40_000),
+    "Taxi-v3": (30_000, 80_000),
+    "LunarLander-v3": (40_000, 90_000),
+    "MiniGrid-Empty-5x5-v0": (8_000, 20_000),
+    "MiniGrid-Dynamic-Obstacles-5x5-v0": (10_000, 30_000),
 }
 # Extension stream "x1": more environments for the TRAIN split only.  Its configs come from
 # their own random stream and trace ids (``rl-x1-s<seed>-<i>``), so the shipped "v1" draws
@@ -51,7 +62,22 @@ EXTRA_RUN_WEIGHTS = {
     ("FrozenLake-v1", "a2c"): 0.5,
     ("FrozenLake-v1", "ppo"): 0.5,
 }
-STREAMS = {"v1": RUN_WEIGHTS, "x1": EXTRA_RUN_WEIGHTS}
+# Stream "v2" (trace library v2): six more environments, each in exactly one split
+# (mara_traces.splits), each with all three algorithm kinds.  Validation and test each get
+# environments that no earlier library or evaluation used.
+V2_ENVS = {
+    "FrozenLake-v1": 0.15,  # train
+    "CliffWalking-v1": 0.15,  # train
+    "Taxi-v3": 0.175,  # val
+    "MiniGrid-Dynamic-Obstacles-5x5-v0": 0.175,  # val
+    "LunarLander-v3": 0.175,  # test
+    "MiniGrid-Empty-5x5-v0": 0.175,  # test
+}
+V2_ALGOS = {"a2c": 0.35, "ppo": 0.4, "dqn": 0.25}
+V2_RUN_WEIGHTS = {(e, a): we * wa for e, we in V2_ENVS.items() for a, wa in V2_ALGOS.items()}
+STREAMS = {"v1": RUN_WEIGHTS, "x1": EXTRA_RUN_WEIGHTS, "v2": V2_RUN_WEIGHTS}
+MINIGRID_PREFIX = "MiniGrid-"
+EPISODE_LIMIT = {"CliffWalking-v1": 200}  # gymnasium registers no time limit for it
 
 
 def env_kwargs(cfg: dict) -> dict:
@@ -67,10 +93,28 @@ def env_kwargs(cfg: dict) -> dict:
     return kwargs
 
 
+def _minigrid_obs(env: gym.Env) -> gym.Env:
+    """MiniGrid's 7x7x3 egocentric view, flattened and scaled to [0, 1]."""
+    from minigrid.wrappers import ImgObsWrapper
+
+    flat = gym.wrappers.FlattenObservation(ImgObsWrapper(env))
+    space = gym.spaces.Box(0.0, 1.0, flat.observation_space.shape, np.float32)
+    return gym.wrappers.TransformObservation(flat, lambda o: o.astype(np.float32) / 10.0, space)
+
+
 def make_env(env_id: str, num_envs: int, seed: int, **kwargs) -> gym.vector.VectorEnv:
     """A vectorised env (numpy-vectorised CartPole where gymnasium has one)."""
     mode = "vector_entry_point" if env_id == "CartPole-v1" else "sync"
-    env = gym.make_vec(env_id, num_envs=num_envs, vectorization_mode=mode, **kwargs)
+    wrappers = None
+    if env_id.startswith(MINIGRID_PREFIX):
+        import minigrid  # noqa: F401  (registers the MiniGrid ids)
+
+        wrappers = [_minigrid_obs]
+    if env_id in EPISODE_LIMIT:
+        kwargs["max_episode_steps"] = EPISODE_LIMIT[env_id]
+    env = gym.make_vec(
+        env_id, num_envs=num_envs, vectorization_mode=mode, wrappers=wrappers, **kwargs
+    )
     env.reset(seed=seed)
     env.action_space.seed(seed)
     return env
@@ -153,6 +197,7 @@ def sample_config(rng: np.random.Generator, budget: float = 1.0, stream: str = "
             "envs": envs,
             "bs": int(rng.choice([32, 64])),
             "target": int(rng.choice([100, 250, 500])),
+            **({"train_every": int(rng.choice([2, 4]))} if stream == "v2" else {}),
             "explore": round(rng.uniform(0.1, 0.5), 2),
             "gamma": 0.99,
         }
@@ -305,7 +350,7 @@ def _dqn(cfg: dict, env: gym.vector.VectorEnv) -> tuple[np.ndarray, np.ndarray]:
         prev_done = term | trunc
         obs = next_obs.astype(np.float32)
         it += 1
-        if size >= 200:
+        if size >= 200 and it % cfg.get("train_every", 1) == 0:
             j = rng.integers(0, size, cfg["bs"])
             with torch.no_grad():
                 q_next = target(torch.as_tensor(b_next[j])).max(-1).values

@@ -7,7 +7,15 @@ import torch
 from sklearn import datasets
 from torch import nn
 
-from mara_traces.common import OPTIMIZERS, SCHEDULES, log_uniform, mlp, train_supervised
+from mara_traces.common import (
+    OPTIMIZERS,
+    OPTIMIZERS_V2,
+    SCHEDULES,
+    SCHEDULES_V2,
+    log_uniform,
+    mlp,
+    train_supervised,
+)
 
 # Sampling weight of each dataset; the weights of a split's datasets sum to its share
 # (train 0.70, val 0.15, test 0.15 under mara_traces.splits.SPLIT_RULES).
@@ -24,12 +32,34 @@ DATASET_WEIGHTS = {
     "wine": 0.075,
     "circles": 0.075,
 }
-GENERATED = ("classification", "moons", "circles", "regression", "friedman1")
+# Stream "v2" (trace library v2): the schedules, optimisers and batch sizes real jobs use, on
+# the v1 datasets (all train in v2) and on four new generated datasets held out for val/test.
+V2_DATASET_WEIGHTS = {
+    **{name: 0.3 / len(DATASET_WEIGHTS) for name in DATASET_WEIGHTS},
+    "gaussian_quantiles": 0.175,  # val
+    "friedman2": 0.175,  # val
+    "hastie": 0.175,  # test
+    "friedman3": 0.175,  # test
+}
+STREAMS = {"v1": DATASET_WEIGHTS, "v2": V2_DATASET_WEIGHTS}
+GENERATED = (
+    "classification",
+    "moons",
+    "circles",
+    "regression",
+    "friedman1",
+    "gaussian_quantiles",
+    "friedman2",
+    "hastie",
+    "friedman3",
+)
+REGRESSION = ("regression", "friedman1", "diabetes", "linnerud", "friedman2", "friedman3")
 LR_RANGE = {
     "sgd": (1e-3, 0.5),
     "momentum": (1e-4, 0.1),
     "adam": (1e-4, 3e-2),
     "rmsprop": (1e-4, 1e-2),
+    "adamw": (1e-4, 3e-2),
 }
 
 
@@ -57,22 +87,41 @@ def load_dataset(
         )
     elif name == "friedman1":
         x, y = datasets.make_friedman1(n_samples=n, noise=5 * noise, random_state=dseed)
+    elif name == "gaussian_quantiles":
+        x, y = datasets.make_gaussian_quantiles(
+            n_samples=n, n_features=int(2 + 10 * noise), n_classes=3, random_state=dseed
+        )
+    elif name == "friedman2":
+        x, y = datasets.make_friedman2(n_samples=n, noise=200 * noise, random_state=dseed)
+    elif name == "hastie":
+        x, y = datasets.make_hastie_10_2(n_samples=n, random_state=dseed)
+        flip = np.random.default_rng(dseed).random(n) < noise / 2
+        y = np.where(flip, -y, y)
+        y = (y > 0).astype(np.int64)
+    elif name == "friedman3":
+        x, y = datasets.make_friedman3(n_samples=n, noise=0.5 * noise, random_state=dseed)
     else:
         x, y = getattr(datasets, f"load_{name}")(return_X_y=True)
     x = (x - x.mean(0)) / (x.std(0) + 1e-8)
-    classify = name not in ("regression", "friedman1", "diabetes", "linnerud")
+    classify = name not in REGRESSION
     if not classify:
         y = (y - y.mean(0)) / (y.std(0) + 1e-8)
     return x.astype(np.float32), y, classify
 
 
-def sample_config(rng: np.random.Generator, budget: float = 1.0) -> dict:
-    """One run's dataset, model and hyper-parameters (``budget`` scales the logged points)."""
-    names = list(DATASET_WEIGHTS)
-    weights = np.array(list(DATASET_WEIGHTS.values()))
+def sample_config(rng: np.random.Generator, budget: float = 1.0, stream: str = "v1") -> dict:
+    """One run's dataset, model and hyper-parameters (``budget`` scales the logged points).
+
+    Stream ``v1`` draws exactly what the first library drew; ``v2`` adds warm-up + cosine,
+    inverse-sqrt and step schedules, AdamW, larger batches and the held-out v2 datasets.
+    """
+    v2 = stream == "v2"
+    weights_of = STREAMS[stream]
+    names = list(weights_of)
+    weights = np.array(list(weights_of.values()))
     name = str(rng.choice(names, p=weights / weights.sum()))
     depth = int(rng.choice([0, 1, 1, 2, 2, 3]))
-    opt = str(rng.choice(OPTIMIZERS))
+    opt = str(rng.choice(OPTIMIZERS_V2 if v2 else OPTIMIZERS))
     cfg: dict = {"dataset": name}
     if name in GENERATED:
         cfg |= {
@@ -85,8 +134,8 @@ def sample_config(rng: np.random.Generator, budget: float = 1.0) -> dict:
         "act": str(rng.choice(["relu", "tanh"])),
         "opt": opt,
         "lr": log_uniform(rng, *LR_RANGE[opt]),
-        "sched": str(rng.choice(SCHEDULES, p=[0.6, 0.2, 0.2])),
-        "bs": int(rng.choice([8, 16, 32, 64, 128])),
+        "sched": str(rng.choice(SCHEDULES_V2) if v2 else rng.choice(SCHEDULES, p=[0.6, 0.2, 0.2])),
+        "bs": int(rng.choice([16, 32, 64, 128, 256] if v2 else [8, 16, 32, 64, 128])),
         "points": max(12, int(rng.integers(120, 201) * budget)),
         "every": int(rng.integers(2, 9)),
         "seed": int(rng.integers(10_000)),

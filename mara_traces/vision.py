@@ -7,17 +7,33 @@ import torch
 from sklearn.datasets import load_digits
 from torch import nn
 
-from mara_traces.common import OPTIMIZERS, SCHEDULES, log_uniform, mlp, train_supervised
+from mara_traces.common import (
+    OPTIMIZERS,
+    OPTIMIZERS_V2,
+    SCHEDULES,
+    SCHEDULES_V2,
+    log_uniform,
+    mlp,
+    train_supervised,
+)
 
 SIZE = 16  # side of the drawn images (digits stay 8x8)
 # Sampling weight of each image generator; a split's generators sum to its share
 # (train 0.70, val 0.15, test 0.15 under mara_traces.splits.SPLIT_RULES).
 DATASET_WEIGHTS = {"digits": 0.35, "shapes": 0.35, "lines": 0.15, "textures": 0.15}
+# Stream "v2": schedules, optimisers, batch sizes and augmentation as real jobs use them, on
+# the v1 generators (all train in v2) and two new generators held out for val and test.
+V2_DATASET_WEIGHTS = {"digits": 0.1, "shapes": 0.1, "lines": 0.05, "textures": 0.05}
+V2_DATASET_WEIGHTS |= {"dots": 0.35, "rings": 0.35}  # val, test
+STREAMS = {"v1": DATASET_WEIGHTS, "v2": V2_DATASET_WEIGHTS}
+AUGMENTATIONS = ("none", "shift", "shift+flip")
+MAX_SHIFT = 2  # pixels
 LR_RANGE = {
     "sgd": (3e-3, 0.3),
     "momentum": (3e-4, 0.05),
     "adam": (1e-4, 1e-2),
     "rmsprop": (1e-4, 5e-3),
+    "adamw": (1e-4, 1e-2),
 }
 
 
@@ -77,6 +93,44 @@ def draw_textures(n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndar
     return (img > 0).astype(np.float32), y
 
 
+def draw_dots(n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """One to four small filled disks at random places; the class is their number."""
+    y = rng.integers(0, 4, n)
+    yy, xx = np.mgrid[0:SIZE, 0:SIZE].astype(np.float32)
+    img = np.zeros((n, SIZE, SIZE), bool)
+    for k in range(4):
+        cy, cx = rng.uniform(2.0, SIZE - 2.0, (2, n, 1, 1))
+        r = rng.uniform(1.0, 2.2, (n, 1, 1))
+        img |= (np.hypot(yy - cy, xx - cx) <= r) & (k <= y)[:, None, None]
+    return img.astype(np.float32), y
+
+
+def draw_rings(n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """One to three concentric rings around a random centre; the class is their number."""
+    y = rng.integers(0, 3, n)
+    dy, dx = _grid(n, rng, 6.0, 10.0)
+    dist = np.hypot(dx, dy)
+    gap = rng.uniform(1.8, 2.4, (n, 1, 1))
+    rings = (y + 1)[:, None, None]
+    on = (np.abs(dist / gap - np.round(dist / gap)) < 0.25) & (np.round(dist / gap) >= 1)
+    return (on & (np.round(dist / gap) <= rings)).astype(np.float32), y
+
+
+def augment_batch(kind: str):
+    """A batch transform for ``train_supervised``: random shifts (and flips) per batch."""
+    if kind == "none":
+        return None
+
+    def transform(x: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+        dy, dx = (torch.randint(-MAX_SHIFT, MAX_SHIFT + 1, (2,), generator=gen)).tolist()
+        x = torch.roll(x, shifts=(dy, dx), dims=(-2, -1))
+        if "flip" in kind and torch.rand((), generator=gen) < 0.5:
+            x = torch.flip(x, dims=(-1,))
+        return x
+
+    return transform
+
+
 def load_images(name: str, n: int, noise: float, dseed: int) -> tuple[np.ndarray, np.ndarray]:
     """(images (n, 1, H, W) with pixel noise, labels) of one generator."""
     rng = np.random.default_rng(dseed)
@@ -84,7 +138,14 @@ def load_images(name: str, n: int, noise: float, dseed: int) -> tuple[np.ndarray
         x, y = load_digits(return_X_y=True)
         x = (x / 16.0).reshape(-1, 8, 8)
     else:
-        x, y = {"shapes": draw_shapes, "lines": draw_lines, "textures": draw_textures}[name](n, rng)
+        draw = {
+            "shapes": draw_shapes,
+            "lines": draw_lines,
+            "textures": draw_textures,
+            "dots": draw_dots,
+            "rings": draw_rings,
+        }[name]
+        x, y = draw(n, rng)
     x = x + noise * rng.standard_normal(x.shape)
     return x[:, None].astype(np.float32), y
 
@@ -110,12 +171,18 @@ class ConvNet(nn.Module):
         return self.head(self.features(x).flatten(1))
 
 
-def sample_config(rng: np.random.Generator, budget: float = 1.0) -> dict:
-    """One run's image generator, model and hyper-parameters (``budget`` scales the points)."""
-    names = list(DATASET_WEIGHTS)
-    weights = np.array(list(DATASET_WEIGHTS.values()))
+def sample_config(rng: np.random.Generator, budget: float = 1.0, stream: str = "v1") -> dict:
+    """One run's image generator, model and hyper-parameters (``budget`` scales the points).
+
+    Stream ``v1`` draws exactly what the first library drew; ``v2`` adds the v2 schedules,
+    AdamW, larger batches, augmentation and the held-out v2 generators.
+    """
+    v2 = stream == "v2"
+    weights_of = STREAMS[stream]
+    names = list(weights_of)
+    weights = np.array(list(weights_of.values()))
     name = str(rng.choice(names, p=weights / weights.sum()))
-    opt = str(rng.choice(OPTIMIZERS))
+    opt = str(rng.choice(OPTIMIZERS_V2 if v2 else OPTIMIZERS))
     cfg: dict = {
         "dataset": name,
         "noise": round(rng.uniform(0.05, 0.8), 2),
@@ -131,12 +198,14 @@ def sample_config(rng: np.random.Generator, budget: float = 1.0) -> dict:
         ),
         "opt": opt,
         "lr": log_uniform(rng, *LR_RANGE[opt]),
-        "sched": str(rng.choice(SCHEDULES, p=[0.6, 0.2, 0.2])),
-        "bs": int(rng.choice([16, 32, 64, 128])),
+        "sched": str(rng.choice(SCHEDULES_V2) if v2 else rng.choice(SCHEDULES, p=[0.6, 0.2, 0.2])),
+        "bs": int(rng.choice([32, 64, 128, 256] if v2 else [16, 32, 64, 128])),
         "points": max(12, int(rng.integers(120, 201) * budget)),
         "every": int(rng.integers(2, 5)),
         "seed": int(rng.integers(10_000)),
     }
+    if v2:
+        cfg["aug"] = str(rng.choice(AUGMENTATIONS))
     return cfg
 
 
@@ -164,4 +233,5 @@ def run(cfg: dict) -> tuple[np.ndarray, np.ndarray]:
         cfg["points"],
         cfg["every"],
         cfg["seed"],
+        augment_batch(cfg.get("aug", "none")),
     )
