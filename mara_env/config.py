@@ -23,7 +23,9 @@ class ClusterConfig:
     ``alpha`` in ``alpha_range`` (``s(n) = n**alpha``), a size ``T_k`` (ticks to reach
     ``W_k`` on ``n_ref = min(cap, ref_nodes)`` nodes, log-uniform in ``size_range``) that
     sets the base rate ``r_k = W_k / (T_k * n_ref**alpha)``, and a deadline
-    ``a_k + ceil(slack * T_k)`` with slack uniform in ``slack_range``.
+    ``a_k + ceil(slack * T_k * exp(deadline_sigma * z))`` with slack uniform in
+    ``slack_range`` and ``z`` standard normal: the deadline a user sets from their own rough
+    estimate of the size (off by a log-normal factor), so it does not pin the true size.
     """
 
     num_nodes: int = 16
@@ -36,6 +38,7 @@ class ClusterConfig:
     target_range: tuple[float, float] = (0.3, 0.9)
     size_range: tuple[float, float] = (4.0, 24.0)
     slack_range: tuple[float, float] = (1.1, 2.0)
+    deadline_sigma: float = 0.5
     alpha_range: tuple[float, float] = (0.6, 1.0)
     cap_choices: tuple[int, ...] = (2, 4, 8)
     ref_nodes: int = 4
@@ -76,6 +79,12 @@ class ClusterConfig:
             not isinstance(self.max_cycles, int) or self.max_cycles < 1
         ):
             raise bad("max_cycles", "None or a positive integer (decision rounds)")
+        if not (
+            isinstance(self.deadline_sigma, (int, float))
+            and not isinstance(self.deadline_sigma, bool)
+            and 0 <= self.deadline_sigma <= 3
+        ):
+            raise bad("deadline_sigma", "a number in [0, 3] (log-normal spread of deadlines)")
         if not (isinstance(self.shaping, (int, float)) and self.shaping >= 0):
             raise bad("shaping", "a number >= 0")
 

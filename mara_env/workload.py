@@ -60,7 +60,10 @@ def sample_workload(config: ClusterConfig, traces: TraceSet, rng: np.random.Gene
     n_ref = np.minimum(cap, config.ref_nodes)
     rate = work_sampled / (size * n_ref**alpha)
     slack = rng.uniform(*config.slack_range, size=n)
-    deadline = arrival + np.ceil(slack * size).astype(np.int64)
+    # The user's estimate of the size is off by a log-normal factor (drawn last, so every
+    # other draw is the same whatever sigma is).
+    estimate = size * np.exp(config.deadline_sigma * rng.standard_normal(n))
+    deadline = arrival + np.ceil(slack * estimate).astype(np.int64)
     work_true = np.array(
         [_first_reach(traces, t, eps) for t, eps in zip(trace, target)], dtype=np.float64
     )
