@@ -15,7 +15,7 @@ import importlib.util
 # to name when that module is missing)
 EXTRAS: dict[str, tuple[str, ...]] = {
     "predictor": ("torch", "threadpoolctl"),
-    "collect": ("torch", "sklearn"),
+    "collect": ("torch", "sklearn", "minigrid", "Box2D"),
     "rllib": ("torch", "threadpoolctl", "ray"),
 }
 
