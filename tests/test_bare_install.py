@@ -57,6 +57,47 @@ def test_bare_commands_import_neither_torch_nor_ray(tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
 
 
+def _extras_in_setup_cfg() -> dict[str, set[str]]:
+    """extra -> normalised distribution names it installs (self-references followed)."""
+    import configparser
+    import re
+
+    cfg = configparser.ConfigParser()
+    cfg.read(ROOT / "setup.cfg")
+    raw = {
+        extra: [re.split(r"[\[<>=!~; ]", r.strip())[0].lower() for r in value.split("\n")]
+        for extra, value in cfg["options.extras_require"].items()
+    }
+    own = {
+        extra: re.findall(r"mara-sched\[([^\]]+)\]", value)
+        for extra, value in cfg["options.extras_require"].items()
+    }
+
+    def dists(extra: str) -> set[str]:
+        names = {n.replace("_", "-") for n in raw[extra] if n and n != "mara-sched"}
+        for ref in own[extra]:
+            for sub in ref.split(","):
+                names |= dists(sub.strip())
+        return names
+
+    return {extra: dists(extra) for extra in raw}
+
+
+def test_extras_named_by_the_cli_match_setup_cfg():
+    from importlib.metadata import packages_distributions
+
+    from mara_agents.extras import EXTRAS
+
+    declared = _extras_in_setup_cfg()
+    provided_by = packages_distributions()
+    for extra, modules in EXTRAS.items():
+        for module in modules:
+            dists = {d.lower().replace("_", "-") for d in provided_by.get(module, [])}
+            assert dists & declared[extra], f"setup.cfg's [{extra}] installs no {module}"
+    assert "torch" in declared["rllib"] and "ray" in declared["rllib"]
+    assert declared["all"] >= declared["predictor"] | declared["collect"] | declared["rllib"]
+
+
 @pytest.mark.slow
 def test_bare_install_has_neither_torch_nor_ray(bare):
     code = "import importlib.util as u; print([m for m in ('torch', 'ray') if u.find_spec(m)])"
