@@ -79,13 +79,17 @@ class FlowFit(FittedPrefixes):
         """Remaining-work samples (``inf``: not reached within 24x the current work)."""
         k = self._tasks(targets, tasks)
         eps = np.asarray(targets, np.float64)
-        delta = np.log(np.maximum(eps, LOSS_FLOOR)) - self.ref[k]
-        ratio = crossing_ratio(self.traj[k], delta[:, None])
-        if self.spread != 1.0:
-            ratio = widen(ratio, self.spread)
-        out = ratio * self.current[k][:, None]
         fb = self.fallback[k]
-        if fb.any():  # the WLS fit holds the fallback tasks in order
+        out = np.empty((len(k), self.traj.shape[1]))
+        flow = np.flatnonzero(~fb)  # rows are independent: read out only the flow's
+        if len(flow):
+            kf = k[flow]
+            delta = np.log(np.maximum(eps[flow], LOSS_FLOOR)) - self.ref[kf]
+            ratio = crossing_ratio(self.traj[kf], delta[:, None])
+            if self.spread != 1.0:
+                ratio = widen(ratio, self.spread)
+            out[flow] = ratio * self.current[kf][:, None]
+        if len(flow) < len(k):  # the WLS fit holds the fallback tasks in order
             row = np.cumsum(self.fallback) - 1
             out[fb] = self.wls.remaining(eps[fb], row[k[fb]]).samples
         return RemainingWork(samples=out, fallback=fb)

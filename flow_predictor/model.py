@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -95,14 +96,21 @@ def cfm_loss(
 
 
 @functools.lru_cache(maxsize=1)
-def _blas_controller() -> ThreadpoolController:
-    return ThreadpoolController()
+def _blas_libraries() -> tuple[Any, ...]:
+    """threadpoolctl's handles of the BLAS libraries numpy uses."""
+    return tuple(c for c in ThreadpoolController().lib_controllers if c.user_api == "blas")
 
 
-def _silu(x: np.ndarray) -> np.ndarray:
-    # exp(-x) overflows to inf for very negative x, where x / inf = -0 is the right value
-    with np.errstate(over="ignore"):
-        return x / (1.0 + np.exp(-x))
+def _silu_(x: np.ndarray, scratch: np.ndarray) -> np.ndarray:
+    """``x / (1 + exp(-x))`` written into ``x`` (``scratch``: same shape, overwritten).
+
+    exp(-x) overflows to inf for very negative x, where x / inf = -0 is the right value:
+    call it under ``np.errstate(over="ignore")``.
+    """
+    np.negative(x, out=scratch)
+    np.exp(scratch, out=scratch)
+    scratch += 1.0
+    return np.divide(x, scratch, out=x)
 
 
 class Sampler:
@@ -139,12 +147,24 @@ class Sampler:
         self.t_terms = temb @ w0[c.target_dim : c.target_dim + c.time_dim]  # (2 steps, hidden)
         self.rest = layers[1:]
 
-    def _velocity(self, x: np.ndarray, cond_term: np.ndarray, k: int) -> np.ndarray:
-        h = _silu(x @ self.w_x + cond_term + self.t_terms[k])
+    def _velocity(
+        self, x: np.ndarray, cond_term: np.ndarray, k: int, bufs: list[np.ndarray]
+    ) -> np.ndarray:
+        """Velocity at ``x`` and solver time ``k`` (``bufs``: three (rows, hidden) arrays,
+        overwritten; the result is a new array)."""
+        h, scratch, nxt = bufs
+        np.matmul(x, self.w_x, out=h)
+        h += cond_term
+        h += self.t_terms[k]
+        _silu_(h, scratch)
         for w, b in self.rest[:-1]:
-            h = _silu(h @ w + b)
+            np.matmul(h, w, out=nxt)
+            nxt += b
+            h, nxt = _silu_(nxt, scratch), h
         w, b = self.rest[-1]
-        return h @ w + b
+        v = h @ w
+        v += b
+        return v
 
     def __call__(self, cond: np.ndarray, noise: np.ndarray) -> np.ndarray:
         """Integrate from ``noise`` (S, target_dim) for each condition: (B, S, target_dim).
@@ -153,21 +173,35 @@ class Sampler:
         own condition (not on which other tasks share the batch).
         """
         # Multi-threaded BLAS on these small matrices is up to 100x slower on a busy host.
-        with _blas_controller().limit(limits=1, user_api="blas"):
-            return self._integrate(cond, noise)
+        libs = _blas_libraries()
+        threads = [lib.get_num_threads() for lib in libs]
+        for lib in libs:
+            lib.set_num_threads(1)
+        try:
+            with np.errstate(over="ignore"):
+                return self._integrate(cond, noise)
+        finally:
+            for lib, n in zip(libs, threads):
+                lib.set_num_threads(n)
 
     def _integrate(self, cond: np.ndarray, noise: np.ndarray) -> np.ndarray:
         h = np.asarray(cond, np.float32)
         for w, b in self.encoder:
-            h = _silu(h @ w + b)
+            h = h @ w
+            h += b
+            _silu_(h, np.empty_like(h))
         b, s = len(h), len(noise)
         # 2-D contiguous rows (task-major): BLAS-friendly, unlike broadcast 3-D views.
-        cond_term = np.repeat(h @ self.w_c + self.b0, s, axis=0)
+        first = h @ self.w_c
+        first += self.b0
+        cond_term = np.repeat(first, s, axis=0)
         x = np.tile(np.asarray(noise, np.float32), (b, 1))
+        bufs = [np.empty_like(cond_term) for _ in range(3)]
         dt = np.float32(1.0 / self.steps)
         for k in range(self.steps):
-            v = self._velocity(x, cond_term, 2 * k)
+            v = self._velocity(x, cond_term, 2 * k, bufs)
             if self.method == "midpoint":
-                v = self._velocity(x + 0.5 * dt * v, cond_term, 2 * k + 1)
-            x = x + dt * v
+                v = self._velocity(x + 0.5 * dt * v, cond_term, 2 * k + 1, bufs)
+            v *= dt
+            x += v
         return x.reshape(b, s, -1)

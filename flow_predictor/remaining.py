@@ -57,10 +57,15 @@ class RemainingWork:
         return self.quantiles([0.5])[:, 0]
 
     def prob_within(self, budget: np.ndarray | float) -> np.ndarray:
-        """(n_tasks,) probability that the remaining work is ``<= budget`` (nan: unknown)."""
-        budget = np.broadcast_to(np.asarray(budget, np.float64), (len(self.samples),))
-        p = (self.samples <= budget[:, None]).mean(axis=1)
-        return np.where(np.isnan(self.samples).any(axis=1), np.nan, p)
+        """(n_tasks,) probability that the remaining work is ``<= budget`` (nan: unknown);
+        budgets of shape (n_tasks, m) give (n_tasks, m), a column per budget."""
+        b = np.asarray(budget, np.float64)
+        columns = b.ndim == 2
+        if not columns:
+            b = np.broadcast_to(b, (len(self.samples),))[:, None]
+        p = (self.samples[:, None, :] <= b[:, :, None]).mean(axis=2)
+        p = np.where(np.isnan(self.samples).any(axis=1)[:, None], np.nan, p)
+        return p if columns else p[:, 0]
 
 
 class FittedPrefixes(ABC):

@@ -51,6 +51,7 @@ PREDICTOR_FEATURES = (
 QUANTILES = (0.1, 0.5, 0.9)
 _PRED = {name: i for i, name in enumerate(PREDICTOR_FEATURES)}  # column of each feature
 _QUANTILE_COLUMNS = [_PRED["pred_q10"], _PRED["pred_q50"], _PRED["pred_q90"]]  # of QUANTILES
+_DEADLINE_COLUMNS = [_PRED["p_deadline_now"], _PRED["p_deadline_cap"]]
 LIMIT = 10.0
 
 
@@ -94,6 +95,20 @@ class PredictorFeatures(BaseWrapper):
         self.state_space = space["state"]
         self._key: tuple[int, int] | None = None
         self._extra = np.zeros((self.num_slots, len(PREDICTOR_FEATURES)), np.float32)
+        # The wrapped state is one gather from [env state, predictor features]: per slot
+        # its env row, then its predictor row (the node and queue features stay in place).
+        n_env = len(base["state"].low)
+        k, b_dim, p_dim = self.num_slots, self.base_slot_dim, len(PREDICTOR_FEATURES)
+        env_rows = self.node_dim + np.arange(k * b_dim).reshape(k, b_dim)
+        pred_rows = n_env + np.arange(k * p_dim).reshape(k, p_dim)
+        self._gather = np.concatenate(
+            [
+                np.arange(self.node_dim),
+                np.concatenate([env_rows, pred_rows], axis=1).ravel(),
+                np.arange(n_env - self.queue_dim, n_env),
+            ]
+        )
+        self._obs_dim = obs_dim
 
     def observation_space(self, agent: str) -> gymnasium.Space:
         return self.observation_spaces[agent]
@@ -127,16 +142,9 @@ class PredictorFeatures(BaseWrapper):
     # ---- features --------------------------------------------------------------
     def _extend(self, obs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         extra = self._slot_predictions()
-        base, d = obs["observation"], self.node_dim
-        n_obs = d + self.num_slots * self.slot_dim
-        state = np.empty(n_obs + self.queue_dim, np.float32)
-        state[:d] = base[:d]
-        slots = state[d:n_obs].reshape(self.num_slots, self.slot_dim)
-        slots[:, : self.base_slot_dim] = base[d:].reshape(self.num_slots, self.base_slot_dim)
-        slots[:, self.base_slot_dim :] = extra
-        state[n_obs:] = obs["state"][len(base) :]
+        state = np.concatenate((obs["state"], extra.ravel()))[self._gather]
         return {
-            "observation": state[:n_obs].copy(),
+            "observation": state[: self._obs_dim].copy(),
             "action_mask": obs["action_mask"],
             "state": state,
         }
@@ -153,23 +161,24 @@ class PredictorFeatures(BaseWrapper):
         if len(tasks):
             rw = self._predictions.get(sim, tasks)
             wl, cfg = sim.workload, engine.config
-            ref = wl.rate[tasks] * np.minimum(wl.cap[tasks], cfg.ref_nodes) ** wl.alpha[tasks]
+            rate, alpha, caps = wl.rate[tasks], wl.alpha[tasks], wl.cap[tasks]
+            ref = rate * np.minimum(caps, cfg.ref_nodes) ** alpha
             left = wl.deadline[tasks] - sim.t
-            now = wl.rate[tasks] * sim.nodes_now[tasks] ** wl.alpha[tasks] * left
-            cap = wl.rate[tasks] * wl.cap[tasks] ** wl.alpha[tasks] * np.maximum(left - 1, 0)
+            budgets = np.empty((len(tasks), 2))
+            budgets[:, 0] = rate * sim.nodes_now[tasks] ** alpha * left
+            budgets[:, 1] = rate * caps**alpha * np.maximum(left - 1, 0)
             levels = (*QUANTILES, DEFAULTS.drop)
             all_qs = rw.quantiles(levels)  # one sort for the features and flow_share's levels
-            qs = all_qs[:, : len(QUANTILES)]
+            rows = extra[: len(tasks)]
             with np.errstate(over="ignore", invalid="ignore"):
-                extra[: len(tasks), _QUANTILE_COLUMNS] = np.log1p(qs / ref[:, None]) / 2.0
-            extra[: len(tasks), _PRED["p_deadline_now"]] = rw.prob_within(now)
-            extra[: len(tasks), _PRED["p_deadline_cap"]] = rw.prob_within(cap)
-            extra[: len(tasks), _PRED["pred_fallback"]] = rw.fallback
+                rows[:, _QUANTILE_COLUMNS] = np.log1p(all_qs[:, :3] / ref[:, None]) / 2.0
+            rows[:, _DEADLINE_COLUMNS] = rw.prob_within(budgets)
+            rows[:, _PRED["pred_fallback"]] = rw.fallback
             # slots are in deadline order, as flow_share's round-robin
             known = {q: all_qs[:, j] for j, q in enumerate(levels)}
             need, share = flow_share_counts(sim, tasks, rw, qs=known)
-            extra[: len(tasks), _PRED["pred_nodes_needed"]] = need / wl.cap[tasks]
-            extra[: len(tasks), _PRED["pred_share"]] = share / wl.cap[tasks]
+            rows[:, _PRED["pred_nodes_needed"]] = need / caps
+            rows[:, _PRED["pred_share"]] = share / caps
         # Unknown (nan) predictions read as 0 with the fallback flag set; "never" as the limit.
         self._extra = nan_clip(extra, -LIMIT, LIMIT)
         return self._extra

@@ -90,6 +90,47 @@ def test_layout_extends_every_slot_and_keeps_queue(flow, kind):
     np.testing.assert_array_equal(e.state(), obs["state"])
 
 
+def test_every_predictor_feature_is_its_definition(flow):
+    """The per-tick path computes the features in one pass; each equals its definition
+    (module docstring) recomputed from the cached predictions, bit for bit."""
+    from flow_predictor.features import nan_clip
+    from flow_predictor.flow_share import flow_share_counts
+    from flow_predictor.wrapper import LIMIT, QUANTILES
+
+    e = wrapped(flow, load=3.0, num_nodes=8, num_slots=8)
+    e.reset(seed=5)
+    checked = 0
+    rng = np.random.default_rng(5)
+    for _ in range(8 * 40):
+        obs, _, term, trunc, _ = e.last()
+        if term or trunc:
+            break
+        engine = e.unwrapped.engine
+        sim, wl = engine.sim, engine.sim.workload
+        tasks = engine.slot_tasks[engine.slot_tasks >= 0]
+        if engine.agents.index(e.agent_selection) == 0 and len(tasks):
+            rw = e._predictions.get(sim, tasks)  # cached: the same predictions
+            ref = wl.rate[tasks] * np.minimum(wl.cap[tasks], 4) ** wl.alpha[tasks]
+            left = wl.deadline[tasks] - sim.t
+            now = wl.rate[tasks] * sim.nodes_now[tasks] ** wl.alpha[tasks] * left
+            cap = wl.rate[tasks] * wl.cap[tasks] ** wl.alpha[tasks] * np.maximum(left - 1, 0)
+            want, share = flow_share_counts(sim, tasks, rw)
+            with np.errstate(over="ignore", invalid="ignore"):
+                qs = np.log1p(rw.quantiles(QUANTILES) / ref[:, None]) / 2.0
+            expect = np.zeros((len(tasks), P), np.float32)
+            expect[:, :3] = qs
+            expect[:, 3] = rw.prob_within(now)
+            expect[:, 4] = rw.prob_within(cap)
+            expect[:, 5] = rw.fallback
+            expect[:, 6] = want / wl.cap[tasks]
+            expect[:, 7] = share / wl.cap[tasks]
+            slots = obs["observation"][e.node_dim :].reshape(e.num_slots, B + P)
+            np.testing.assert_array_equal(slots[: len(tasks), B:], nan_clip(expect, -LIMIT, LIMIT))
+            checked += int((~rw.fallback).sum())
+        e.step(int(rng.choice(np.flatnonzero(obs["action_mask"]))))
+    assert checked > 20  # many flow predictions (not only fallbacks) were compared
+
+
 class CountingPredictor(WLSPredictor):
     def __init__(self) -> None:
         super().__init__()
