@@ -13,7 +13,11 @@ the horizon's end for every method):
 * ``mae_log_ratio``: mean ``|log(median / R)|``;
 * ``median_rel_error``: median ``|median - R| / R``;
 * ``crps``: CRPS of the predicted distribution of ``log R`` (point methods: absolute error);
-* ``coverage80``: fraction of ``R`` inside the 10–90 % interval (point methods: ~0).
+* ``coverage50``, ``coverage80``: fraction of ``R`` inside the 25–75 % and 10–90 %
+  intervals (calibrated: ~0.5 and ~0.8; point methods: ~0).
+
+:func:`summarise_families` gives the same metrics per (family, method) over every prefix
+fraction, with ``mae_vs_wls``: the method's ``mae_log_ratio`` over WLS's.
 """
 
 from __future__ import annotations
@@ -37,6 +41,18 @@ METRIC_COLUMNS = (
     "mae_log_ratio",
     "median_rel_error",
     "crps",
+    "coverage50",
+    "coverage80",
+    "n",
+)
+FAMILY_COLUMNS = (
+    "family",
+    "method",
+    "mae_log_ratio",
+    "mae_vs_wls",
+    "median_rel_error",
+    "crps",
+    "coverage50",
     "coverage80",
     "n",
 )
@@ -115,7 +131,7 @@ def score(predictor: RemainingWorkPredictor, inst: Instances) -> pd.DataFrame:
     current = fitted.current[inst.prefix][:, None]
     lo, hi = MIN_RATIO * current, FUTURE_RATIOS[-1] * current
     clipped = np.clip(np.nan_to_num(rw.samples, nan=np.inf), lo, hi)
-    q10, q50, q90 = rw.quantiles([0.1, 0.5, 0.9]).T
+    q10, q25, q50, q75, q90 = rw.quantiles([0.1, 0.25, 0.5, 0.75, 0.9]).T
     med = np.clip(np.nan_to_num(q50, nan=np.inf), lo[:, 0], hi[:, 0])
     true = inst.true_remaining
     return pd.DataFrame(
@@ -126,45 +142,83 @@ def score(predictor: RemainingWorkPredictor, inst: Instances) -> pd.DataFrame:
             "abs_log_ratio": np.abs(np.log(med / true)),
             "rel_error": np.abs(med - true) / true,
             "crps": crps_samples(np.log(clipped), np.log(true)),
+            "covered50": (q25 <= true) & (true <= q75),
             "covered": (q10 <= true) & (true <= q90),
         }
     )
 
 
+def _metrics(rows: pd.DataFrame, by: list[str]) -> pd.DataFrame:
+    """The metrics of :data:`METRIC_COLUMNS` over each group of per-target ``rows``."""
+    return (
+        rows.groupby(by, sort=True)
+        .agg(
+            mae_log_ratio=("abs_log_ratio", "mean"),
+            median_rel_error=("rel_error", "median"),
+            crps=("crps", "mean"),
+            coverage50=("covered50", "mean"),
+            coverage80=("covered", "mean"),
+            n=("covered", "size"),
+        )
+        .reset_index()
+    )
+
+
 def summarise(rows: pd.DataFrame) -> pd.DataFrame:
     """Per (family, prefix fraction, method) metrics with :data:`METRIC_COLUMNS`."""
-    g = rows.groupby(["family", "prefix_fraction", "method"], sort=True)
-    out = g.agg(
-        mae_log_ratio=("abs_log_ratio", "mean"),
-        median_rel_error=("rel_error", "median"),
-        crps=("crps", "mean"),
-        coverage80=("covered", "mean"),
-        n=("covered", "size"),
-    ).reset_index()
-    return out[list(METRIC_COLUMNS)]
+    return _metrics(rows, ["family", "prefix_fraction", "method"])[list(METRIC_COLUMNS)]
 
 
-def evaluate(predictors: list[RemainingWorkPredictor], traces: TraceSet) -> pd.DataFrame:
-    """Metrics table of every predictor on the same instances."""
+def summarise_families(rows: pd.DataFrame) -> pd.DataFrame:
+    """Per (family, method) metrics over all prefix fractions, with :data:`FAMILY_COLUMNS`
+    (``mae_vs_wls``: nan when WLS was not scored)."""
+    out = _metrics(rows, ["family", "method"])
+    wls = out[out["method"] == "wls"].set_index("family")["mae_log_ratio"]
+    out["mae_vs_wls"] = out["mae_log_ratio"] / out["family"].map(wls)
+    return out[list(FAMILY_COLUMNS)]
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """Metrics tables of one evaluation."""
+
+    metrics: pd.DataFrame  # per (family, prefix fraction, method): METRIC_COLUMNS
+    families: pd.DataFrame  # per (family, method): FAMILY_COLUMNS
+
+
+def evaluate_all(predictors: list[RemainingWorkPredictor], traces: TraceSet) -> Evaluation:
+    """Both metrics tables of every predictor on the same instances."""
     inst = make_instances(traces)
     if not len(inst.target):
         raise TraceError(
             f"none of the {len(traces)} trace(s) falls below the lowest loss of its observed "
             "prefix, so there is no remaining work to predict (flat or too short curves?)"
         )
-    return summarise(pd.concat([score(p, inst) for p in predictors], ignore_index=True))
+    rows = pd.concat([score(p, inst) for p in predictors], ignore_index=True)
+    return Evaluation(summarise(rows), summarise_families(rows))
+
+
+def evaluate(predictors: list[RemainingWorkPredictor], traces: TraceSet) -> pd.DataFrame:
+    """Metrics table (per family, prefix fraction, method) of every predictor."""
+    return evaluate_all(predictors, traces).metrics
+
+
+def write_evaluation(ev: Evaluation, out: str | Path) -> None:
+    """Write ``predictor_metrics.csv``, ``predictor_families.csv`` and ``predictor_error.png``."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    ev.metrics.to_csv(out / "predictor_metrics.csv", index=False)
+    ev.families.to_csv(out / "predictor_families.csv", index=False)
+    plot_errors(ev.metrics, out / "predictor_error.png")
 
 
 def evaluate_to_dir(
     predictors: list[RemainingWorkPredictor], traces: TraceSet, out: str | Path
 ) -> pd.DataFrame:
-    """:func:`evaluate`, then write ``predictor_metrics.csv`` and ``predictor_error.png``."""
-    metrics = evaluate(predictors, traces)
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    metrics.to_csv(out / "predictor_metrics.csv", index=False)
-    plot_errors(metrics, out / "predictor_error.png")
-    return metrics
+    """:func:`evaluate_all`, written by :func:`write_evaluation`; returns the metrics table."""
+    ev = evaluate_all(predictors, traces)
+    write_evaluation(ev, out)
+    return ev.metrics
 
 
 def plot_errors(metrics: pd.DataFrame, path: str | Path) -> None:

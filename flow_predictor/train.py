@@ -8,6 +8,14 @@ model sees both dense logged curves and the sparse reports of a scheduled task.
 Validation (model selection) scores the flow on the ``val`` split each epoch; the best
 epoch is written to ``out`` and every epoch to ``out`` with suffix ``.last.pt`` (with the
 optimiser state, for ``--resume``).  TensorBoard scalars go to ``<out dir>/tb``.
+
+Two stages, each optional: with ``prior_curves > 0`` the model is first *pretrained* for
+``prior_epochs`` on curves drawn from the synthetic prior (:mod:`flow_predictor.prior`;
+best epoch by validation to ``out`` with suffix ``.prior.pt``), then *fine-tuned* for
+``epochs`` on the library's train split, starting from the pretrained weights
+(``epochs=0``: the prior-only model).  The normalisation is fitted on the data of every
+stage that runs.  ``exclude_families`` leaves families out of training and validation
+(the leave-one-family-out evaluation, :mod:`flow_predictor.lofo`).
 """
 
 from __future__ import annotations
@@ -36,7 +44,7 @@ from flow_predictor.features import (
 from flow_predictor.flow import FlowPredictor, Normalisation
 from flow_predictor.model import FlowConfig, VelocityNet, cfm_loss
 from flow_predictor.remaining import LOSS_FLOOR, MIN_REPORTS
-from mara_env.traces import TraceSet, load_traces
+from mara_env.traces import TraceError, TraceSet, load_traces
 
 
 @dataclass(frozen=True)
@@ -59,9 +67,47 @@ class TrainConfig:
     depth: int = 3
     cond_hidden: int = 128
     val_samples: int = 32
-    synthetic: int = 0  # extra synthetic sudden-drop curves added to the training traces
+    synthetic: int = 0  # curves of the synthetic prior mixed into the library's train split
+    prior_curves: int = 0  # pretrain on this many prior curves first (0: no pretraining)
+    prior_epochs: int = 10  # pretraining epochs (with prior_curves > 0)
+    prior_prefixes: int = 40  # prefixes per prior curve
+    prior_lr: float | None = None  # pretraining peak learning rate (None: lr)
+    exclude_families: tuple[str, ...] = ()  # left out of train and val splits
     seed: int = 0
     max_minutes: float | None = None  # stop (and keep the checkpoints) after this long
+
+    def __post_init__(self) -> None:
+        counts = {
+            "epochs": self.epochs,
+            "synthetic": self.synthetic,
+            "prior_curves": self.prior_curves,
+        }
+        positive = {
+            "batch_size": self.batch_size,
+            "prefixes_per_trace": self.prefixes_per_trace,
+            "prior_epochs": self.prior_epochs,
+            "prior_prefixes": self.prior_prefixes,
+            "hidden": self.hidden,
+            "depth": self.depth,
+            "val_samples": self.val_samples,
+        }
+        for key, value in {**counts, **positive}.items():
+            low = 1 if key in positive else 0
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise ValueError(f"train: {key}={value!r}; expected an integer >= {low}")
+        if self.epochs == 0 and self.prior_curves == 0:
+            raise ValueError("train: epochs=0 and prior_curves=0; expected something to train on")
+        for key, value in {"lr": self.lr, "prior_lr": self.prior_lr or 1.0}.items():
+            if not value > 0:
+                raise ValueError(f"train: {key}={value!r}; expected a learning rate > 0")
+        if not 0 <= self.sim_like <= 1:
+            raise ValueError(f"train: sim_like={self.sim_like!r}; expected a share in [0, 1]")
+        if not 0 < self.min_fraction <= self.max_fraction < 1:
+            raise ValueError(
+                f"train: min_fraction={self.min_fraction!r}, max_fraction="
+                f"{self.max_fraction!r}; expected 0 < min_fraction <= max_fraction < 1"
+            )
+        object.__setattr__(self, "exclude_families", tuple(self.exclude_families))
 
 
 @dataclass(frozen=True)
@@ -87,55 +133,18 @@ def sample_prefix(
     return works, reports_at(steps, loss, works)
 
 
-def synthetic_traces(n: int, rng: np.random.Generator) -> TraceSet:
-    """``n`` parametric curves that plateau, then drop sharply (sigmoid in log-work), then floor.
-
-    They teach the shape that slow power laws lack: a sudden learning phase (RL agents
-    that "get it", step learning-rate schedules).
-    """
-    import pandas as pd
-
-    from mara_env.traces import validate_traces
-
-    frames = []
-    for i in range(n):
-        m = int(rng.integers(100, 200))
-        w = np.arange(1, m + 1) * float(np.exp(rng.uniform(0, 6)))
-        top, floor = rng.uniform(0.3, 1.0), np.exp(rng.uniform(np.log(0.01), np.log(0.5)))
-        floor = min(floor, 0.8 * top)
-        mid = np.quantile(np.log(w), rng.uniform(0.05, 0.9))
-        sharp = np.exp(rng.uniform(np.log(1.0), np.log(20.0)))
-        drift = rng.uniform(0.0, 0.3)
-        log_l = np.log(floor) + (np.log(top) - np.log(floor)) / (
-            1 + np.exp(sharp * (np.log(w) - mid))
-        )
-        log_l = log_l - drift * (np.log(w) - np.log(w[0])) / np.log(w[-1] / w[0])
-        noise = rng.uniform(0.005, 0.1) * rng.standard_normal(m)
-        loss = np.exp(log_l + noise)
-        frames.append(
-            pd.DataFrame(
-                {
-                    "trace_id": f"synthetic-{i}",
-                    "family": "synthetic",
-                    "source": f"synthetic-{i}",
-                    "step": w,
-                    "loss": loss,
-                    "split": "train",
-                }
-            )
-        )
-    return TraceSet.from_frame(validate_traces(pd.concat(frames, ignore_index=True)))
-
-
-def build_dataset(traces: TraceSet, cfg: TrainConfig, rng: np.random.Generator) -> Dataset:
-    """Random prefixes of every trace with their future targets."""
+def build_dataset(
+    traces: TraceSet, cfg: TrainConfig, rng: np.random.Generator, per_trace: int | None = None
+) -> Dataset:
+    """Random prefixes (``per_trace``, default ``cfg.prefixes_per_trace``) of every trace
+    with their future targets."""
     works, losses, targets, masks = [], [], [], []
     for i in range(len(traces)):
         steps, loss = traces.trace(i)
         n_pts = len(steps)
         lo = max(MIN_REPORTS, int(math.ceil(cfg.min_fraction * n_pts)))
         hi = max(lo, int(cfg.max_fraction * n_pts))
-        for n in rng.integers(lo, hi + 1, size=cfg.prefixes_per_trace):
+        for n in rng.integers(lo, hi + 1, size=per_trace or cfg.prefixes_per_trace):
             w, lo_ = sample_prefix(steps, loss, int(n), rng.uniform() < cfg.sim_like, rng)
             ref = float(np.log(max(lo_.min(), LOSS_FLOOR)))
             z, valid = future_targets(steps, loss, float(w[-1]), ref)
@@ -191,64 +200,88 @@ def calibrate_spread(predictor: FlowPredictor, inst: Any) -> tuple[float, float]
     return best
 
 
-def train(cfg: TrainConfig, resume: bool = False, progress: bool = True) -> dict[str, Any]:
-    """Train (or resume) and return the best validation metrics; writes checkpoints."""
-    from torch.utils.tensorboard import SummaryWriter
+def concat(parts: list[Dataset]) -> Dataset:
+    """One dataset holding every example of ``parts``."""
+    names = [f.name for f in dataclasses.fields(Dataset)]
+    return Dataset(*(np.concatenate([getattr(d, name) for d in parts]) for name in names))
 
-    torch.set_num_threads(1)
-    out = Path(cfg.out)
-    last = out.with_suffix(".last.pt")
-    state: dict[str, Any] = {}
-    if resume:
-        blob = read_checkpoint(last)
-        state = blob["train"]
-        cfg = TrainConfig(
-            **{**state["config"], "epochs": cfg.epochs, "max_minutes": cfg.max_minutes}
+
+def load_split(cfg: TrainConfig, split: str) -> TraceSet:
+    """A split of the configured library without ``cfg.exclude_families``."""
+    traces = load_traces(cfg.traces, split=split)
+    if not cfg.exclude_families:
+        return traces
+    have = sorted(set(traces.families))
+    unknown = [f for f in cfg.exclude_families if f not in have]
+    if unknown:
+        raise TraceError(
+            f"exclude_families: unknown family {unknown}; the {split} split has {have}"
         )
-    rng = np.random.default_rng(cfg.seed)
-    torch.manual_seed(cfg.seed)
-    train_set = load_traces(cfg.traces, split=cfg.split)
-    val_inst = make_instances(load_traces(cfg.traces, split=cfg.val_split))
-    data = build_dataset(train_set, cfg, rng)
-    if cfg.synthetic:
-        extra = build_dataset(synthetic_traces(cfg.synthetic, rng), cfg, rng)
-        data = Dataset(
-            *(
-                np.concatenate([a, b])
-                for a, b in zip(
-                    (data.cond, data.target, data.mask), (extra.cond, extra.target, extra.mask)
-                )
-            )
-        )
-    norm = fit_normalisation(data)
-    fc = FlowConfig(COND_DIM, TARGET_DIM, cfg.hidden, cfg.depth, cfg.cond_hidden)
-    net = build_net(blob, last) if resume else VelocityNet(fc)
-    opt = torch.optim.AdamW(net.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    if resume:
+    keep = [f for f in have if f not in cfg.exclude_families]
+    if not keep:
+        raise TraceError(f"exclude_families={list(cfg.exclude_families)} leaves no {split} traces")
+    return load_traces(cfg.traces, split=split, families=keep)
+
+
+@dataclass
+class _Run:
+    """What every epoch of a training run shares."""
+
+    cfg: TrainConfig
+    norm: Normalisation
+    val_inst: Any
+    writer: Any
+    progress: bool
+    wall: float
+    started: float
+
+    def elapsed(self) -> float:
+        return self.wall + time.time() - self.started
+
+    def out_of_time(self) -> bool:
+        return self.cfg.max_minutes is not None and self.elapsed() > 60 * self.cfg.max_minutes
+
+
+def _stage(
+    run: _Run,
+    stage: str,
+    net: VelocityNet,
+    data: Dataset,
+    epochs: int,
+    lr: float,
+    best_path: Path,
+    state: dict[str, Any],
+) -> dict[str, Any]:
+    """Train ``net`` for ``epochs`` (from ``state['epoch']`` if resuming this stage); the best
+    epoch by validation MAE goes to ``best_path``, every epoch to the ``.last.pt`` file."""
+    cfg, norm = run.cfg, run.norm
+    last = Path(cfg.out).with_suffix(".last.pt")
+    opt = torch.optim.AdamW(net.parameters(), lr=lr, weight_decay=cfg.weight_decay)
+    if state.get("optimizer"):
         opt.load_state_dict(state["optimizer"])
     cond = torch.as_tensor((data.cond - norm.cond_mean) / norm.cond_std)
     target = torch.as_tensor((data.target - norm.target_mean) / norm.target_std)
     mask = torch.as_tensor(data.mask)
     n = len(cond)
     steps_per_epoch = max(1, n // cfg.batch_size)
-    total_steps = steps_per_epoch * cfg.epochs
+    total_steps = steps_per_epoch * epochs
     gen = torch.Generator().manual_seed(cfg.seed)
-    writer = SummaryWriter(str(out.parent / "tb"))
-    start_epoch = state.get("epoch", 0)
     best = state.get("best", {"mae_log_ratio": float("inf")})
-    wall = state.get("wall_s", 0.0)
-    t0 = time.time()
-    for epoch in range(start_epoch, cfg.epochs):
-        gen.manual_seed(cfg.seed * 1000 + epoch)  # resumable: the epoch alone sets its draws
+    tag = "" if stage == "library" else f"{stage}_"
+    offset = 0 if stage == "library" else 1_000_000  # distinct draws per stage
+    for epoch in range(state.get("epoch", 0), epochs):
+        gen.manual_seed(cfg.seed * 1000 + epoch + offset)  # resumable: the epoch sets its draws
         perm = torch.randperm(n, generator=gen)
         bar = tqdm(
-            range(steps_per_epoch), desc=f"epoch {epoch + 1}/{cfg.epochs}", disable=not progress
+            range(steps_per_epoch),
+            desc=f"{stage} epoch {epoch + 1}/{epochs}",
+            disable=not run.progress,
         )
         running = 0.0
         for k in bar:
             step = epoch * steps_per_epoch + k
             for g in opt.param_groups:
-                g["lr"] = cfg.lr * 0.5 * (1 + math.cos(math.pi * step / total_steps))
+                g["lr"] = lr * 0.5 * (1 + math.cos(math.pi * step / total_steps))
             idx = perm[k * cfg.batch_size : (k + 1) * cfg.batch_size]
             loss = cfm_loss(net, target[idx], cond[idx], mask[idx], generator=gen)
             opt.zero_grad()
@@ -257,28 +290,80 @@ def train(cfg: TrainConfig, resume: bool = False, progress: bool = True) -> dict
             running += loss.item()
             if k % 50 == 49:
                 bar.set_postfix(loss=f"{running / (k + 1):.4f}")
-        metrics = validate(net, norm, val_inst, cfg.val_samples)
-        elapsed = wall + time.time() - t0
-        writer.add_scalar("train/cfm_loss", running / steps_per_epoch, epoch + 1)
+        metrics = validate(net, norm, run.val_inst, cfg.val_samples)
+        run.writer.add_scalar(f"{tag}train/cfm_loss", running / steps_per_epoch, epoch + 1)
         for key, v in metrics.items():
-            writer.add_scalar(f"val/{key}", v, epoch + 1)
-        writer.flush()
+            run.writer.add_scalar(f"{tag}val/{key}", v, epoch + 1)
+        run.writer.flush()
         info = {
+            "stage": stage,
             "epoch": epoch + 1,
             "config": dataclasses.asdict(cfg),
             "val": metrics,
-            "wall_s": elapsed,
+            "wall_s": run.elapsed(),
         }
         if metrics["mae_log_ratio"] < best["mae_log_ratio"]:
             best = {**metrics, "epoch": epoch + 1}
-            save_checkpoint(out, net, norm, {**info, "best": best})
+            save_checkpoint(best_path, net, norm, {**info, "best": best})
         save_checkpoint(last, net, norm, {**info, "best": best, "optimizer": opt.state_dict()})
-        if progress:
-            tqdm.write(f"epoch {epoch + 1}: cfm {running / steps_per_epoch:.4f}  val {metrics}")
-        if cfg.max_minutes is not None and elapsed > 60 * cfg.max_minutes:
+        if run.progress:
+            tqdm.write(
+                f"{stage} epoch {epoch + 1}: cfm {running / steps_per_epoch:.4f}  val {metrics}"
+            )
+        if run.out_of_time():
             break
+    return best
+
+
+def train(cfg: TrainConfig, resume: bool = False, progress: bool = True) -> dict[str, Any]:
+    """Train (or resume) and return the best validation metrics; writes checkpoints."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    from flow_predictor.prior import prior_traces
+
+    torch.set_num_threads(1)
+    out = Path(cfg.out)
+    last = out.with_suffix(".last.pt")
+    prior_out = out.with_suffix(".prior.pt")
+    state: dict[str, Any] = {}
+    if resume:
+        blob = read_checkpoint(last)
+        state = blob["train"]
+        config = {**state["config"], "epochs": cfg.epochs, "max_minutes": cfg.max_minutes}
+        cfg = TrainConfig(**config)
+    val_inst = make_instances(load_split(cfg, cfg.val_split))
+    parts: dict[str, Dataset] = {}
+    if cfg.prior_curves:
+        prior = prior_traces(cfg.prior_curves, seed=cfg.seed)
+        rng = np.random.default_rng([cfg.seed, 1])
+        parts["prior"] = build_dataset(prior, cfg, rng, per_trace=cfg.prior_prefixes)
+    if cfg.epochs:
+        rng = np.random.default_rng(cfg.seed)
+        parts["library"] = build_dataset(load_split(cfg, cfg.split), cfg, rng)
+        if cfg.synthetic:
+            mixed = build_dataset(prior_traces(cfg.synthetic, seed=cfg.seed + 1), cfg, rng)
+            parts["library"] = concat([parts["library"], mixed])
+    norm = fit_normalisation(concat(list(parts.values())))
+    torch.manual_seed(cfg.seed)
+    fc = FlowConfig(COND_DIM, TARGET_DIM, cfg.hidden, cfg.depth, cfg.cond_hidden)
+    net = build_net(blob, last) if resume else VelocityNet(fc)
+    writer = SummaryWriter(str(out.parent / "tb"))
+    run = _Run(cfg, norm, val_inst, writer, progress, state.get("wall_s", 0.0), time.time())
+    result: dict[str, Any] = {}
+    if cfg.prior_curves and state.get("stage", "prior") == "prior":
+        lr = cfg.prior_lr or cfg.lr
+        best = _stage(run, "prior", net, parts["prior"], cfg.prior_epochs, lr, prior_out, state)
+        result = {"prior_best": best}
+        blob = read_checkpoint(prior_out)
+        net = build_net(blob, prior_out)  # fine-tune from the best pretrained epoch
+        state = {}
+        if not cfg.epochs or run.out_of_time():  # the pretrained model is the result
+            save_checkpoint(out, net, norm, blob["train"])
+    if cfg.epochs and not run.out_of_time():
+        _stage(run, "library", net, parts["library"], cfg.epochs, cfg.lr, out, state)
     writer.close()
     blob = read_checkpoint(out)
     spread, coverage = calibrate_spread(FlowPredictor(build_net(blob, out), norm), val_inst)
     save_checkpoint(out, build_net(blob, out), norm, blob["train"], spread=spread)
-    return {**best, "spread": spread, "coverage80_calibrated": coverage}
+    best = blob["train"]["best"]
+    return {**result, **best, "spread": spread, "coverage80_calibrated": coverage}

@@ -117,7 +117,10 @@ def test_predictor_evaluate_refuses_zero_samples(tmp_path, capsys):
 @pytest.mark.parametrize(
     ("args", "culprit"),
     [
-        (["--epochs", "0"], "--epochs 0: expected an integer >= 1"),
+        (["--epochs", "0"], "--epochs 0: expected at least 1, or --prior-curves > 0"),
+        (["--prior-curves", "-1"], "--prior-curves -1: expected an integer >= 0"),
+        (["--prior-epochs", "0"], "--prior-epochs 0: expected an integer >= 1"),
+        (["--prior-lr", "0"], "--prior-lr 0.0: expected a finite number > 0"),
         (["--batch-size", "0"], "--batch-size 0: expected an integer >= 1"),
         (["--prefixes-per-trace", "0"], "--prefixes-per-trace 0: expected an integer >= 1"),
         (["--hidden", "0"], "--hidden 0: expected an integer >= 1"),

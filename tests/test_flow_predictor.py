@@ -14,7 +14,7 @@ from flow_predictor.checkpoint import (
     read_checkpoint,
     save_checkpoint,
 )
-from flow_predictor.evaluate import METRIC_COLUMNS
+from flow_predictor.evaluate import FAMILY_COLUMNS, METRIC_COLUMNS
 from flow_predictor.features import COND_DIM, TARGET_DIM, crossing_ratio
 from flow_predictor.flow import FlowPredictor, Normalisation
 from flow_predictor.model import FlowConfig, VelocityNet, cfm_loss
@@ -108,6 +108,30 @@ def test_sampling_shape_determinism_and_batch_independence(traces):
     alone = p.predict(works[2:3], losses[2:3], targets[2:3])
     np.testing.assert_allclose(alone.samples[0], a.samples[2], rtol=1e-5)  # matmul blocking
     assert p.fit(works, losses).traj.shape == (4, 16, TARGET_DIM)
+
+
+@pytest.mark.parametrize("method, steps", [("euler", 4), ("midpoint", 3)])
+def test_numpy_sampler_agrees_with_the_torch_velocity_net(method, steps):
+    """The numpy solver copies the torch net's weights: it must integrate the same ODE."""
+    from flow_predictor.model import Sampler
+
+    net = load_predictor().net
+    rng = np.random.default_rng(0)
+    cond = rng.standard_normal((5, COND_DIM)).astype(np.float32)
+    noise = rng.standard_normal((7, TARGET_DIM)).astype(np.float32)
+    with torch.no_grad():  # the ODE written directly on the torch module
+        emb = net.encode(torch.from_numpy(cond)).repeat_interleave(len(noise), 0)
+        x = torch.from_numpy(noise).repeat(len(cond), 1)
+        dt = 1.0 / steps
+        for k in range(steps):
+            t = torch.full((len(x), 1), k * dt)
+            v = net(x, t, emb)
+            if method == "midpoint":
+                v = net(x + 0.5 * dt * v, t + 0.5 * dt, emb)
+            x = x + dt * v
+    got = Sampler(net, steps, method)(cond, noise)
+    assert got.shape == (len(cond), len(noise), TARGET_DIM)
+    np.testing.assert_allclose(got, x.reshape(got.shape).numpy(), rtol=0, atol=1e-4)
 
 
 def test_remaining_quantiles_are_monotone(traces):
@@ -221,6 +245,13 @@ def test_train_resume_and_cli_evaluate(tmp_path, library):
     metrics = pd.read_csv(tmp_path / "eval" / "predictor_metrics.csv")
     assert tuple(metrics.columns) == METRIC_COLUMNS
     assert set(metrics["method"]) == {"flow", "wls", "optimus"}
+    families = pd.read_csv(tmp_path / "eval" / "predictor_families.csv")
+    assert tuple(families.columns) == FAMILY_COLUMNS
+    assert set(families["family"]) == {"a", "b", "c"}
+    assert np.allclose(families.loc[families["method"] == "wls", "mae_vs_wls"], 1.0)
+    assert families[["coverage50", "coverage80"]].apply(lambda c: c.between(0, 1)).all().all()
+    flow = families[families["method"] == "flow"]
+    assert (flow["coverage50"] <= flow["coverage80"]).all()  # nested intervals
     assert (tmp_path / "eval" / "predictor_error.png").stat().st_size > 0
     assert (
         main(
@@ -237,3 +268,75 @@ def test_train_resume_and_cli_evaluate(tmp_path, library):
         )
         == 1
     )
+
+
+def tiny(library: str, out, **kw) -> TrainConfig:
+    """A training run of seconds on the synthetic library."""
+    base = dict(
+        traces=library,
+        out=str(out),
+        epochs=1,
+        prefixes_per_trace=8,
+        hidden=32,
+        depth=1,
+        cond_hidden=16,
+        val_samples=8,
+    )
+    return TrainConfig(**{**base, **kw})
+
+
+def test_pretraining_on_the_prior_then_fine_tuning(tmp_path, library):
+    out = tmp_path / "flow.pt"
+    cfg = tiny(library, out, prior_curves=30, prior_epochs=2, prior_prefixes=5)
+    best = train(cfg, progress=False)
+    assert best["prior_best"]["epoch"] in (1, 2)
+    prior, tuned = read_checkpoint(out.with_suffix(".prior.pt")), read_checkpoint(out)
+    assert prior["train"]["stage"] == "prior" and tuned["train"]["stage"] == "library"
+    # fine-tuning starts from the pretrained weights: it moved them, by a little
+    w0, w1 = (b["state_dict"]["encoder.0.weight"] for b in (prior, tuned))
+    assert not torch.equal(w0, w1) and torch.allclose(w0, w1, atol=0.2)
+    # resuming the fine-tuning stage does not pretrain again
+    train(TrainConfig(**{**cfg.__dict__, "epochs": 2}), resume=True, progress=False)
+    last = read_checkpoint(out.with_suffix(".last.pt"))["train"]
+    assert (last["stage"], last["epoch"]) == ("library", 2)
+
+
+def test_prior_only_model_and_the_library_is_not_read(tmp_path, library):
+    out = tmp_path / "flow.pt"
+    cfg = tiny(library, out, epochs=0, prior_curves=20, prior_epochs=1, prior_prefixes=5)
+    train(cfg, progress=False)
+    blob = read_checkpoint(out)
+    assert blob["train"]["stage"] == "prior" and blob["calibration"]["spread"] > 0
+    with pytest.raises(ValueError, match="epochs=0 and prior_curves=0"):
+        TrainConfig(epochs=0)
+    with pytest.raises(ValueError, match="prior_epochs=0"):
+        TrainConfig(prior_epochs=0)
+
+
+def test_excluded_family_is_left_out_and_an_unknown_one_is_named(tmp_path, library):
+    from flow_predictor.train import load_split
+    from mara_env.traces import TraceError
+
+    cfg = tiny(library, tmp_path / "f.pt", exclude_families=("b",))
+    assert set(load_split(cfg, "train").families) == {"a", "c"}
+    assert set(load_split(cfg, "val").families) == {"a", "c"}
+    with pytest.raises(TraceError, match=r"unknown family \['zz'\]"):
+        load_split(tiny(library, tmp_path / "f.pt", exclude_families=("zz",)), "train")
+
+
+def test_lofo_command_trains_without_each_family_and_scores_on_it(tmp_path, library):
+    from flow_predictor.lofo import LOFO_COLUMNS
+    from mara_agents.cli import main
+
+    out = tmp_path / "lofo"
+    argv = ["predictor", "lofo", "--traces", library, "--out", str(out), "--epochs", "1"]
+    argv += ["--prefixes-per-trace", "4", "--hidden", "16", "--depth", "1", "--samples", "8"]
+    assert main([*argv, "--families", "a,c", "--quiet"]) == 0
+    table = pd.read_csv(out / "lofo.csv")
+    assert tuple(table.columns) == LOFO_COLUMNS
+    assert table["held_out"].tolist() == ["a", "c"]
+    assert np.allclose(table["mae_vs_wls"], table["mae_flow"] / table["mae_wls"])
+    for family in ("a", "c"):
+        cfg = read_checkpoint(out / family / "flow.pt")["train"]["config"]
+        assert list(cfg["exclude_families"]) == [family]
+    assert main([*argv, "--families", "zz", "--out", str(tmp_path / "bad")]) == 1

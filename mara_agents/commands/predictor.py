@@ -3,9 +3,12 @@
 ``mara predictor train`` fits the conditional flow-matching model on a trace library's
 train split (validation split for model selection), writing the best checkpoint to
 ``--out``, the latest (with optimiser state) next to it as ``*.last.pt``, and TensorBoard
-scalars under ``<out dir>/tb``.  ``mara predictor evaluate`` compares the flow model with
-the WLS and Optimus baselines on held-out traces and writes ``predictor_metrics.csv`` and
-``predictor_error.png``.
+scalars under ``<out dir>/tb``; with ``--prior-curves`` it first pretrains on curves of
+the synthetic prior (``flow_predictor.prior``), then fine-tunes on the library.
+``mara predictor evaluate`` compares the flow model with the WLS and Optimus baselines on
+held-out traces and writes ``predictor_metrics.csv``, ``predictor_families.csv`` (per
+family: MAE, CRPS, 50 % and 80 % interval coverage) and ``predictor_error.png``.
+``mara predictor lofo`` trains without each family in turn and scores on it.
 """
 
 from __future__ import annotations
@@ -14,46 +17,19 @@ import argparse
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from flow_predictor.train import TrainConfig
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Sub-commands ``train`` and ``evaluate``."""
-    from flow_predictor.train import TrainConfig
-
-    d = TrainConfig()
+    """Sub-commands ``train``, ``evaluate`` and ``lofo``."""
     sub = parser.add_subparsers(dest="predictor_command", metavar="ACTION")
     fmt = argparse.ArgumentDefaultsHelpFormatter
     t = sub.add_parser("train", help="train the flow model on a trace library", formatter_class=fmt)
-    t.add_argument("--traces", default=None, help="trace library file (default: the shipped one)")
-    t.add_argument("--split", default=d.split, help="split to train on")
-    t.add_argument("--val-split", default=d.val_split, help="split for model selection")
-    t.add_argument("--out", default=d.out, help="checkpoint to write (best epoch)")
-    t.add_argument("--epochs", type=int, default=d.epochs, help="training epochs")
-    t.add_argument("--batch-size", type=int, default=d.batch_size, help="minibatch size")
-    t.add_argument("--lr", type=float, default=d.lr, help="peak learning rate (cosine decay)")
-    t.add_argument(
-        "--prefixes-per-trace", type=int, default=d.prefixes_per_trace, help="prefixes per trace"
-    )
-    t.add_argument(
-        "--sim-like",
-        type=float,
-        default=d.sim_like,
-        help="share of prefixes re-sampled as sparse simulator-style reports",
-    )
-    t.add_argument(
-        "--synthetic",
-        type=int,
-        default=d.synthetic,
-        help="number of synthetic sudden-drop curves added to the training traces",
-    )
-    t.add_argument("--hidden", type=int, default=d.hidden, help="velocity MLP width")
-    t.add_argument("--depth", type=int, default=d.depth, help="velocity MLP hidden layers")
-    t.add_argument("--seed", type=int, default=d.seed, help="seed of data draws and init")
-    t.add_argument(
-        "--max-minutes", type=float, default=None, help="stop after this many minutes of training"
-    )
+    _training_options(t, out_help="checkpoint to write (best epoch)")
     t.add_argument("--resume", action="store_true", help="continue from OUT's .last.pt checkpoint")
-    t.add_argument("--quiet", action="store_true", help="no progress bar")
     t.set_defaults(_run=run_train)
 
     e = sub.add_parser(
@@ -69,28 +45,105 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     e.add_argument("--samples", type=int, default=64, help="flow samples per prediction")
     e.set_defaults(_run=run_evaluate)
 
+    lo = sub.add_parser(
+        "lofo",
+        help="leave one family out: train without each family, score on it",
+        formatter_class=fmt,
+    )
+    _training_options(lo, out_help="directory for one model per family and lofo.csv")
+    lo.add_argument(
+        "--families", default=None, help="comma-separated families to leave out (default: all)"
+    )
+    lo.add_argument("--eval-split", default="test", help="split of each held-out family scored")
+    lo.add_argument("--samples", type=int, default=64, help="flow samples per prediction")
+    lo.set_defaults(_run=run_lofo, out="runs/predictor/lofo")
 
-def run_train(args: argparse.Namespace) -> int:
-    """Train, printing the best validation metrics."""
-    from flow_predictor.checkpoint import CheckpointError
-    from flow_predictor.train import TrainConfig, train
+
+def _training_options(t: argparse.ArgumentParser, out_help: str) -> None:
+    """The options of a training run (every TrainConfig field, with its default)."""
+    from flow_predictor.train import TrainConfig
+
+    d = TrainConfig()
+    t.add_argument("--traces", default=None, help="trace library file (default: the shipped one)")
+    t.add_argument("--split", default=d.split, help="split to train on")
+    t.add_argument("--val-split", default=d.val_split, help="split for model selection")
+    t.add_argument("--out", default=d.out, help=out_help)
+    t.add_argument(
+        "--epochs", type=int, default=d.epochs, help="epochs on the library (0: prior only)"
+    )
+    t.add_argument("--batch-size", type=int, default=d.batch_size, help="minibatch size")
+    t.add_argument("--lr", type=float, default=d.lr, help="peak learning rate (cosine decay)")
+    t.add_argument(
+        "--prefixes-per-trace", type=int, default=d.prefixes_per_trace, help="prefixes per trace"
+    )
+    t.add_argument(
+        "--sim-like",
+        type=float,
+        default=d.sim_like,
+        help="share of prefixes re-sampled as sparse simulator-style reports",
+    )
+    t.add_argument(
+        "--synthetic",
+        type=int,
+        default=d.synthetic,
+        help="curves of the synthetic prior mixed into the library's training traces",
+    )
+    t.add_argument(
+        "--prior-curves",
+        type=int,
+        default=d.prior_curves,
+        help="pretrain on this many curves of the synthetic prior first (0: no pretraining)",
+    )
+    t.add_argument(
+        "--prior-epochs", type=int, default=d.prior_epochs, help="pretraining epochs on the prior"
+    )
+    t.add_argument(
+        "--prior-prefixes", type=int, default=d.prior_prefixes, help="prefixes per prior curve"
+    )
+    t.add_argument(
+        "--prior-lr",
+        type=float,
+        default=None,
+        help="pretraining peak learning rate (None: LR)",
+    )
+    t.add_argument(
+        "--exclude-families",
+        default="",
+        help="comma-separated families left out of the train and validation splits",
+    )
+    t.add_argument("--hidden", type=int, default=d.hidden, help="velocity MLP width")
+    t.add_argument("--depth", type=int, default=d.depth, help="velocity MLP hidden layers")
+    t.add_argument("--seed", type=int, default=d.seed, help="seed of data draws and init")
+    t.add_argument(
+        "--max-minutes", type=float, default=None, help="stop after this many minutes of training"
+    )
+    t.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def _train_config(args: argparse.Namespace) -> TrainConfig:
+    """The TrainConfig of the training options; UsageError naming a bad one."""
+    from flow_predictor.train import TrainConfig
     from mara_agents.commands import checks
-    from mara_env.traces import TraceError
 
-    try:
-        for option in ("epochs", "batch_size", "prefixes_per_trace", "hidden", "depth"):
-            checks.at_least(getattr(args, option), "--" + option.replace("_", "-"), 1)
-        checks.at_least(args.synthetic, "--synthetic", 0)
-        checks.at_least(args.seed, "--seed", 0)
-        checks.positive(args.lr, "--lr")
-        checks.check(0 <= args.sim_like <= 1, "--sim-like", args.sim_like, "a share in [0, 1]")
-        if args.max_minutes is not None:
-            checks.positive(args.max_minutes, "--max-minutes")
-        checks.output_file(args.out)
-    except checks.UsageError as exc:
-        print(f"mara predictor train: error: {exc}", file=sys.stderr)
-        return 1
-    cfg = TrainConfig(
+    for option in ("batch_size", "prefixes_per_trace", "hidden", "depth"):
+        checks.at_least(getattr(args, option), "--" + option.replace("_", "-"), 1)
+    for option in ("prior_epochs", "prior_prefixes"):
+        checks.at_least(getattr(args, option), "--" + option.replace("_", "-"), 1)
+    for option in ("epochs", "synthetic", "prior_curves", "seed"):
+        checks.at_least(getattr(args, option), "--" + option.replace("_", "-"), 0)
+    checks.check(
+        args.epochs > 0 or args.prior_curves > 0,
+        "--epochs",
+        args.epochs,
+        "at least 1, or --prior-curves > 0 for a model trained on the prior only",
+    )
+    checks.positive(args.lr, "--lr")
+    if args.prior_lr is not None:
+        checks.positive(args.prior_lr, "--prior-lr")
+    checks.check(0 <= args.sim_like <= 1, "--sim-like", args.sim_like, "a share in [0, 1]")
+    if args.max_minutes is not None:
+        checks.positive(args.max_minutes, "--max-minutes")
+    return TrainConfig(
         traces=args.traces,
         split=args.split,
         val_split=args.val_split,
@@ -101,11 +154,31 @@ def run_train(args: argparse.Namespace) -> int:
         prefixes_per_trace=args.prefixes_per_trace,
         sim_like=args.sim_like,
         synthetic=args.synthetic,
+        prior_curves=args.prior_curves,
+        prior_epochs=args.prior_epochs,
+        prior_prefixes=args.prior_prefixes,
+        prior_lr=args.prior_lr,
+        exclude_families=tuple(f for f in args.exclude_families.split(",") if f),
         hidden=args.hidden,
         depth=args.depth,
         seed=args.seed,
         max_minutes=args.max_minutes,
     )
+
+
+def run_train(args: argparse.Namespace) -> int:
+    """Train, printing the best validation metrics."""
+    from flow_predictor.checkpoint import CheckpointError
+    from flow_predictor.train import train
+    from mara_agents.commands import checks
+    from mara_env.traces import TraceError
+
+    try:
+        cfg = _train_config(args)
+        checks.output_file(args.out)
+    except checks.UsageError as exc:
+        print(f"mara predictor train: error: {exc}", file=sys.stderr)
+        return 1
     t0 = time.time()
     try:
         best = train(cfg, resume=args.resume, progress=not args.quiet)
@@ -125,7 +198,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
     import torch
 
     from flow_predictor.checkpoint import CheckpointError, load_predictor
-    from flow_predictor.evaluate import evaluate_to_dir
+    from flow_predictor.evaluate import evaluate_all, write_evaluation
     from flow_predictor.optimus import OptimusPredictor
     from flow_predictor.wls import WLSPredictor
     from mara_env.traces import TraceError, load_traces
@@ -142,10 +215,47 @@ def run_evaluate(args: argparse.Namespace) -> int:
         return 1
     out = Path(args.out)
     try:
-        metrics = evaluate_to_dir([flow, WLSPredictor(), OptimusPredictor()], traces, out)
+        ev = evaluate_all([flow, WLSPredictor(), OptimusPredictor()], traces)
     except TraceError as exc:  # nothing to evaluate in these traces
         print(f"mara predictor evaluate: error: {source}: {exc}", file=sys.stderr)
         return 1
-    print(metrics.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
-    print(f"wrote {out / 'predictor_metrics.csv'} and {out / 'predictor_error.png'}")
+    write_evaluation(ev, out)
+    fmt = {"float_format": lambda v: f"{v:.3f}", "index": False}
+    print(ev.metrics.to_string(**fmt))
+    print("\nper family, all prefix fractions (coverage: of the 25-75 % and 10-90 % intervals)")
+    print(ev.families.to_string(**fmt))
+    written = ", ".join(str(out / f) for f in ("predictor_metrics.csv", "predictor_families.csv"))
+    print(f"wrote {written} and {out / 'predictor_error.png'}")
+    return 0
+
+
+def run_lofo(args: argparse.Namespace) -> int:
+    """Leave-one-family-out: train without each family and score on it; print the table."""
+    from flow_predictor.lofo import leave_one_family_out
+    from mara_agents.commands import checks
+    from mara_env.traces import TraceError
+
+    try:
+        cfg = _train_config(args)
+        checks.check(
+            not cfg.exclude_families,
+            "--exclude-families",
+            args.exclude_families,
+            "nothing: lofo leaves out one family at a time itself",
+        )
+        samples = checks.at_least(args.samples, "--samples", 1)
+        checks.check_output_dir(args.out)
+    except checks.UsageError as exc:
+        print(f"mara predictor lofo: error: {exc}", file=sys.stderr)
+        return 1
+    families = [f for f in (args.families or "").split(",") if f] or None
+    try:
+        table = leave_one_family_out(
+            cfg, args.out, families, args.eval_split, samples, progress=not args.quiet
+        )
+    except TraceError as exc:
+        print(f"mara predictor lofo: error: {exc}", file=sys.stderr)
+        return 1
+    print(table.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    print(f"wrote {Path(args.out) / 'lofo.csv'}")
     return 0
