@@ -187,3 +187,20 @@ def test_missing_modules_map_to_their_extra():
     assert as_missing_extra(ImportError("x")) is None
     missing = MissingExtra("torch", "predictor")
     assert as_missing_extra(missing) is missing
+
+
+@pytest.mark.parametrize(
+    ("args", "culprit"),
+    [
+        (["--n", "3"], "--n and --stream need --family"),
+        (["--family", "rl"], "--n is required"),
+        (["--family", "lm", "--n", "1", "--stream", "v2"], "--stream 'v2' for lm"),
+        (["--family", "rl", "--n", "0"], "--n"),
+        (["--ship", "lib.csv"], "--ship lib.csv: expected a .parquet"),
+    ],
+)
+def test_traces_collect_refuses_bad_values(tmp_path, capsys, args, culprit):
+    out = tmp_path / "lib.parquet"
+    assert main(["traces", "collect", "--out", str(out), *args]) == 2
+    assert culprit in capsys.readouterr().err
+    assert not out.exists()

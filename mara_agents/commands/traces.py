@@ -24,16 +24,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     c.add_argument(
         "--family",
-        required=True,
-        choices=["tabular", "vision", "rl"],
-        help="which kind of models to train",
+        choices=["tabular", "vision", "rl", "lm"],
+        help="collect only this kind of model (default: the whole shipped recipe, "
+        "mara_traces.collect.LIBRARY_RECIPE)",
     )
-    c.add_argument("--n", type=int, required=True, help="number of runs (traces) to collect")
+    c.add_argument("--n", type=int, help="with --family: number of runs (traces) to collect")
+    c.add_argument(
+        "--stream",
+        default="v1",
+        help="with --family: config stream (v1; rl also x1; rl/tabular/vision also v2)",
+    )
     c.add_argument(
         "--out",
         type=Path,
         required=True,
         help="Parquet file to write; if it exists, collection resumes and appends",
+    )
+    c.add_argument(
+        "--ship",
+        type=Path,
+        help="also write the shipped form here: the library without runs that never learned",
     )
     c.add_argument("--seed", type=int, default=0, help="seed that draws the run configurations")
     c.add_argument("--workers", type=int, default=1, help="parallel worker processes")
@@ -69,6 +79,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="trace library (default: the shipped one)",
     )
+    f.add_argument(
+        "--sources",
+        action="store_true",
+        help="also list each split's datasets / environments / corpora (the source's first key)",
+    )
     f.set_defaults(_run=run_info)
 
 
@@ -78,16 +93,47 @@ def run_collect(args: argparse.Namespace) -> int:
 
     require("collect")
     try:
-        at_least(args.n, "--n", 1)
+        if args.family is not None:
+            if args.n is None:
+                raise UsageError("--n is required with --family")
+            at_least(args.n, "--n", 1)
+        elif args.n is not None or args.stream != "v1":
+            raise UsageError("--n and --stream need --family (without it the recipe decides)")
         at_least(args.workers, "--workers", 1)
         at_least(args.seed, "--seed", 0)
+        for path, flag in ((args.out, "--out"), (args.ship, "--ship")):
+            if path is not None and path.suffix not in (".parquet", ".pq"):
+                raise UsageError(f"{flag} {path}: expected a .parquet file path")
+            if path is not None and path.is_dir():
+                raise UsageError(f"{flag} {path} is a directory; expected a .parquet file path")
     except UsageError as exc:
         print(f"mara traces collect: {exc}", file=sys.stderr)
         return 2
-    from mara_traces.collect import collect
+    from mara_env.traces import write_traces
+    from mara_traces.collect import build_library, collect, learning_traces, streams
 
-    df = collect(args.family, args.n, args.out, seed=args.seed, workers=args.workers)
+    if args.family is not None and args.stream not in streams(args.family):
+        known = streams(args.family)
+        print(
+            f"mara traces collect: --stream {args.stream!r} for {args.family}: expected one "
+            f"of {known}",
+            file=sys.stderr,
+        )
+        return 2
+    if args.family is None:
+        df = build_library(args.out, seed=args.seed, workers=args.workers)
+    else:
+        df = collect(
+            args.family, args.n, args.out, seed=args.seed, workers=args.workers, stream=args.stream
+        )
     print(f"{args.out}: {df['trace_id'].nunique()} traces, {len(df)} points")
+    if args.ship is not None:
+        shipped, dropped = learning_traces(df)
+        write_traces(shipped, args.ship)
+        print(
+            f"{args.ship}: {shipped['trace_id'].nunique()} traces; {len(dropped)} runs that "
+            f"never learned left out{': ' + ', '.join(dropped) if dropped else ''}"
+        )
     return 0
 
 
@@ -126,4 +172,13 @@ def run_info(args: argparse.Namespace) -> int:
     )
     print(f"{path}: {len(per_trace)} traces, {len(df)} points")
     print(table.to_string())
+    if args.sources:
+        # The first key=value of a source names its data (dataset=, env=, corpus=, ...).
+        per_trace["data"] = per_trace["source"].str.split(";").str[0]
+        by = per_trace.groupby(["family", "split"], sort=True)["data"]
+        print("\nfamily   split  data (traces)")
+        for (family, split), data in by:
+            counts = data.value_counts().sort_index()
+            listed = ", ".join(f"{k} ({v})" for k, v in counts.items())
+            print(f"{family:8} {split:6} {listed}")
     return 0
