@@ -1,7 +1,7 @@
 """mara_env: trace library, workload generator, cluster simulator and PettingZoo env.
 
-Importing this package registers ``mara/ComputeCluster-v0`` in PettingZoo's AEC and
-parallel registries: ``pettingzoo.make("aec", "mara/ComputeCluster-v0")``, or directly
+Importing this package registers ``mara/ComputeCluster-v1`` in PettingZoo's AEC and
+parallel registries: ``pettingzoo.make("aec", "mara/ComputeCluster-v1")``, or directly
 ``mara_env.env(...)`` / ``mara_env.parallel_env(...)`` / ``mara_env.raw_env(...)``; the
 environment's module (its specification: ``raw_env``'s docstring) is
 :mod:`mara_env.cluster_env`.
@@ -15,7 +15,7 @@ from mara_env.cluster_env import InvalidActionError, env, parallel_env, raw_env
 from mara_env.config import ClusterConfig, ConfigError
 from mara_env.traces import TraceError, TraceSet, load_traces, read_traces
 
-ENV_ID = "mara/ComputeCluster-v0"
+ENV_ID = "mara/ComputeCluster-v1"
 
 _register("aec", ENV_ID, "mara_env.cluster_env:env")
 _register("parallel", ENV_ID, "mara_env.cluster_env:parallel_env")

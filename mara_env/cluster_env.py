@@ -353,6 +353,10 @@ class raw_env(AECEnv):
     from the trace library, must reach its target loss before its deadline, has a
     parallelism cap and a sub-linear speed-up ``n**alpha``.  A node that joins a task it
     did not serve in the previous tick contributes no work that tick (warm-up).
+    Deadlines are what a user would set from a rough estimate of the size:
+    ``arrival + ceil(slack * T * exp(deadline_sigma * z))`` with ``T`` the true size, slack
+    uniform in ``slack_range`` and ``z`` standard normal (``deadline_sigma`` = 0.5), so the
+    time to the deadline does not pin a task's size.
 
     **Action space** ``Discrete(K + 1)``: ``0 … K-1`` joins the task in that visible slot;
     ``K`` idles.  Slots hold the K active tasks with the earliest deadlines (ties: earlier
@@ -391,7 +395,9 @@ class raw_env(AECEnv):
     ``trace_set=`` passes an already loaded :class:`TraceSet`.
     ``render_mode="ansi"`` renders the cluster and the queue as text.
 
-    **Version history**: v0 — initial release.
+    **Version history**: v1 — deadlines from a user's estimate (``deadline_sigma``) and
+    trace library v2 (four families, held-out sources in val and test); spaces unchanged.
+    v0 — initial release (deadlines from the true size).
     """
 
     metadata = {
