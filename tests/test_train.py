@@ -202,6 +202,7 @@ def _bad_input(tmp_path: Path, args: list[str], capsys: pytest.CaptureFixture) -
         ({"model": {"hidden": "sixteen"}}, ["model.hidden='sixteen'", "positive integer"]),
         ({"rllib": {"training": {"num_epochs": -3}}}, ["rllib.training.num_epochs=-3"]),
         ({"env": {"traces": "missing.parquet"}}, ["env.traces='missing.parquet'", "no such"]),
+        ({"view": "rounds"}, ["view='rounds'", "one of ['node', 'round']"]),
         ({"name": ".."}, ["name='..'", "run name"]),
         ({"name": "/tmp/escape"}, ["name='/tmp/escape'"]),
         ({"name": "a/../../b"}, ["name='a/../../b'"]),
