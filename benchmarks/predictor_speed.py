@@ -2,9 +2,10 @@
 
 How to run::
 
-    python benchmarks/predictor_speed.py [--checkpoint CKPT] [--seconds 5]
+    python benchmarks/predictor_speed.py [--checkpoint CKPT] [--seconds 5] [--clock cpu]
 
-Results to expect (2-core CPU, one torch thread): see docs/predictor.md.
+Results to expect (2-core CPU, one torch thread): see docs/predictor.md.  On a shared
+machine ``--clock cpu`` (this process's CPU time instead of wall time) is much steadier.
 """
 
 from __future__ import annotations
@@ -44,16 +45,18 @@ def predictions_per_second(predictor, batch: int, seconds: float) -> float:
 class RandomStepper:
     """Steps an AEC env with random valid actions, resuming where the last call stopped."""
 
-    def __init__(self, make) -> None:
+    def __init__(self, make, clock=time.perf_counter) -> None:
         self.env = make()
+        self.clock = clock
         self.rng = np.random.default_rng(0)
         self.seed = 0
         self.env.reset(seed=self.seed)
 
     def rate(self, seconds: float) -> float:
         """Agent steps per second over the next ``seconds``."""
-        e, steps, t0 = self.env, 0, time.perf_counter()
-        while time.perf_counter() - t0 < seconds:
+        e, steps, clock = self.env, 0, self.clock
+        t0 = clock()
+        while clock() - t0 < seconds:
             obs, _, term, trunc, _ = e.last()
             if term or trunc:
                 self.seed += 1
@@ -61,10 +64,12 @@ class RandomStepper:
                 continue
             e.step(int(self.rng.choice(np.flatnonzero(obs["action_mask"]))))
             steps += 1
-        return steps / (time.perf_counter() - t0)
+        return steps / (clock() - t0)
 
 
-def interleaved_rates(makers: dict, seconds: float, rounds: int) -> dict[str, list[float]]:
+def interleaved_rates(
+    makers: dict, seconds: float, rounds: int, clock=time.perf_counter
+) -> dict[str, list[float]]:
     """Agent steps per second of each env over ``rounds`` alternating turns of
     ``seconds / rounds`` each (every env continues its own episodes from turn to turn).
 
@@ -72,7 +77,7 @@ def interleaved_rates(makers: dict, seconds: float, rounds: int) -> dict[str, li
     the envs exposes them to the same drift, so per-turn ratios are far steadier than
     ratios of back-to-back long runs.
     """
-    steppers = {name: RandomStepper(make) for name, make in makers.items()}
+    steppers = {name: RandomStepper(make, clock) for name, make in makers.items()}
     rates: dict[str, list[float]] = {name: [] for name in makers}
     for _ in range(rounds):
         for name, stepper in steppers.items():
@@ -103,7 +108,15 @@ def main() -> None:
         "samples, 2 Euler steps, re-predicting after 25%% more reports (their accuracy "
         "cost on validation is in docs/predictor.md)",
     )
+    parser.add_argument(
+        "--clock",
+        choices=("wall", "cpu"),
+        default="wall",
+        help="time the envs by wall clock or by this process's CPU time (steadier when "
+        "other jobs share the machine)",
+    )
     args = parser.parse_args()
+    clock = time.process_time if args.clock == "cpu" else time.perf_counter
     torch.set_num_threads(1)
     flow64 = load_predictor(args.checkpoint)
     flow32 = load_predictor(args.checkpoint, n_samples=32)
@@ -128,11 +141,12 @@ def main() -> None:
             "flow, 2 steps": lambda: PredictorFeatures(env(**kw), euler2),
             "flow, refresh 0.25": lambda: PredictorFeatures(env(**kw), flow32, refresh=0.25),
         }
-    rates = interleaved_rates(makers, args.seconds, args.rounds)
+    rates = interleaved_rates(makers, args.seconds, args.rounds, clock)
     base = np.array(rates["env"])
     print(
         f"{'env':>18}: {np.median(base):9.0f} agent-steps/s "
-        f"(16 nodes, {args.slots} slots, random masked actions; median of {args.rounds} turns)"
+        f"(16 nodes, {args.slots} slots, random masked actions; median of {args.rounds} turns, "
+        f"{args.clock} clock)"
     )
     for name in list(makers)[1:]:
         r = np.array(rates[name])
