@@ -37,7 +37,7 @@ class ClusterConfig:
     families: tuple[str, ...] | None = None
     target_range: tuple[float, float] = (0.3, 0.9)
     size_range: tuple[float, float] = (4.0, 24.0)
-    slack_range: tuple[float, float] = (1.1, 2.0)
+    slack_range: tuple[float, float] = (1.5, 2.5)
     deadline_sigma: float = 0.5
     alpha_range: tuple[float, float] = (0.6, 1.0)
     cap_choices: tuple[int, ...] = (2, 4, 8)
