@@ -352,7 +352,13 @@ def smooth_curve(loss: np.ndarray, window: int = 5) -> np.ndarray:
     k = max(1, min(window, len(log)))
     padded = np.pad(log, (k // 2, k - 1 - k // 2), mode="edge")
     avg = np.convolve(padded, np.ones(k) / k, mode="valid")
-    return np.exp(np.minimum.accumulate(avg))
+    smooth = np.exp(np.minimum.accumulate(avg))
+    # A window's mean is never below its smallest point, so some raw point up to the
+    # window's right edge is <= smooth[j]; rounding in log/exp can break that by an ulp on
+    # a plateau of equal values, so clamp to it: every target drawn from here is reachable.
+    right = np.minimum(np.arange(len(log)) + (k - 1 - k // 2), len(log) - 1)
+    reached = np.minimum.accumulate(np.maximum(loss, LOSS_FLOOR))[right]
+    return np.maximum(smooth, reached)
 
 
 def load_traces(

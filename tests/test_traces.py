@@ -209,3 +209,17 @@ def test_traceset_subset_keeps_curves():
     sub = ts.subset(np.array([False, True, True]))
     assert list(sub.ids) == ["t1", "t2"]
     np.testing.assert_array_equal(sub.trace(0)[1], ts.trace(1)[1])
+
+
+def test_every_smoothed_value_is_reached_by_a_raw_point():
+    # On plateaus of equal values, log/exp rounding must not put a target an ulp below
+    # every raw point (a task that could never complete).
+    from mara_env.traces import smooth_curve
+
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        levels = rng.choice([0.1, 0.3, 0.55, 0.7, 0.123, 1 / 3], size=rng.integers(1, 5))
+        loss = np.repeat(np.sort(levels)[::-1], rng.integers(3, 12, size=len(levels)))
+        smooth = smooth_curve(loss)
+        for j in range(len(loss)):
+            assert (loss[: j + 3] <= smooth[j]).any(), (loss, j)
