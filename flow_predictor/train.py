@@ -119,6 +119,19 @@ class Dataset:
     mask: np.ndarray
 
 
+# How the shipped checkpoint (flow_predictor/checkpoints/flow_v2.pt) was trained; chosen on
+# the val split (docs/predictor.md).  `mara reproduce --full` retrains with it.
+SHIPPED_RECIPE = TrainConfig(
+    hidden=128,
+    depth=3,
+    epochs=40,
+    lr=5e-4,
+    prior_curves=3000,
+    prior_epochs=10,
+    prior_lr=2e-3,
+)
+
+
 def sample_prefix(
     steps: np.ndarray, loss: np.ndarray, n: int, sim_like: bool, rng: np.random.Generator
 ) -> tuple[np.ndarray, np.ndarray]:

@@ -57,10 +57,10 @@ def retrain(out: Path, recipe: Path = RECIPE, predictor: TrainConfig | None = No
     this clones (and runs the DAgger rounds the YAML asks for) as ``mara train
     --pretrain-only --resume`` does, exports the BC stage and returns the policy file.  It
     observes through the shipped flow checkpoint, as the shipped policy does; the retrained
-    predictor (``predictor``'s settings, default the train split; written to
+    predictor (``predictor``'s settings, default the shipped recipe ``SHIPPED_RECIPE``; written to
     ``out/retrained/flow.pt``) is made for comparison.  Both resume finished stages.
     """
-    from flow_predictor.train import TrainConfig
+    from flow_predictor.train import SHIPPED_RECIPE
     from flow_predictor.train import train as train_predictor
     from mara_agents.experiment import load_experiment
     from mara_agents.export import export_warm_start
@@ -80,7 +80,7 @@ def retrain(out: Path, recipe: Path = RECIPE, predictor: TrainConfig | None = No
     policy = export_warm_start(
         root / "train" / f"{exp.name}_pretrain_bc.pt", exp, root / f"{exp.name}.pt"
     )
-    cfg = dataclasses.replace(predictor or TrainConfig(split="train"), out=str(root / "flow.pt"))
+    cfg = dataclasses.replace(predictor or SHIPPED_RECIPE, out=str(root / "flow.pt"))
     print(f"   predictor: flow matching on the {cfg.split} split -> {cfg.out}", flush=True)
     # resume only what exists: the predictor's resume needs its .last.pt
     train_predictor(cfg, resume=(root / "flow.last.pt").is_file())
