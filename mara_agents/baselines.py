@@ -32,10 +32,10 @@ from mara_env.schedulers import (
 
 # Tuned on the validation split of the shipped library (benchmarks/tune_lara.py: best mean
 # completion over loads 1.0 and 2.0 of 96 grid points; docs/baselines.md).
-DEFAULT_DISCOUNT = 0.8
-DEFAULT_RIDGE = 0.1
+DEFAULT_DISCOUNT = 0.9
+DEFAULT_RIDGE = 0.001
 DEFAULT_EXPLORE_REPORTS = 6
-DEFAULT_MARGIN = 0.2
+DEFAULT_MARGIN = -0.6
 
 
 class WorkPredictor:

@@ -40,7 +40,7 @@ FORMAT = "mara-policy"
 # 2: the env's slot rows gained nodes_pending and the wrapper's pred_share (v1 files, whose
 # observations lack them, cannot run in the current env).
 VERSION = 2
-SHIPPED_POLICY = Path(__file__).parent / "policies" / "mara_v3.pt"
+SHIPPED_POLICY = Path(__file__).parent / "policies" / "mara_v4.pt"
 REQUIRED_KEYS = ("layout", "model", "wrapper", "state_dict")
 
 
