@@ -204,3 +204,23 @@ def test_traces_collect_refuses_bad_values(tmp_path, capsys, args, culprit):
     assert main(["traces", "collect", "--out", str(out), *args]) == 2
     assert culprit in capsys.readouterr().err
     assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "culprit"),
+    [
+        (["--episodes", "0"], "--episodes"),
+        (["--loads", ""], "--loads"),
+        (["--loads", "1.0,inf"], "load=inf"),
+        (["--loads", "1.0,1.0"], "given twice"),
+        (["--seeds", "-1"], "--seeds"),
+        (["--schedulers", "lara,lara"], "given twice"),
+        (["--workers", "0"], "--workers"),
+    ],
+)
+def test_reproduce_refuses_bad_values_before_any_work(tmp_path, capsys, args, culprit):
+    out = tmp_path / "results"
+    assert main(["reproduce", "--out", str(out), *args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert culprit in err and len(err.splitlines()) == 1
+    assert not out.exists()

@@ -42,22 +42,32 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from mara_agents.commands import checks
     from mara_agents.reproduce import reproduce
-    from mara_env.config import ConfigError
+    from mara_env.config import ClusterConfig, ConfigError
 
     try:
+        specs = checks.parse_list(args.schedulers, "--schedulers", str, "scheduler specs")
+        loads = checks.parse_list(args.loads, "--loads", float, "load factors")
+        for load in loads:
+            ClusterConfig(load=load)  # (0, 100], finite: one message naming the value
+        seeds = checks.parse_list(args.seeds, "--seeds", checks.seed, "non-negative integer seeds")
+        checks.at_least(args.episodes, "--episodes", 1)
+        if args.workers is not None:
+            checks.at_least(args.workers, "--workers", 1)
+        checks.check_output_dir(args.out)
         summary = reproduce(
             out=args.out,
             episodes=args.episodes,
-            loads=[float(x) for x in args.loads.split(",")],
-            seeds=[int(x) for x in args.seeds.split(",")],
-            specs=[s.strip() for s in args.schedulers.split(",") if s.strip()],
+            loads=loads,
+            seeds=seeds,
+            specs=specs,
             workers=args.workers,
             full=args.full,
             skip_predictor=args.skip_predictor,
         )
-    except ConfigError as e:
-        print(f"error: {e}", file=sys.stderr)
+    except (ConfigError, checks.UsageError) as e:
+        print(f"mara reproduce: {e}", file=sys.stderr)
         return 2
     print("\n" + summary)
     return 0
