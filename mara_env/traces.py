@@ -222,22 +222,28 @@ def write_traces(df: pd.DataFrame, path: str | os.PathLike) -> None:
 LIBRARY_SUFFIXES = (".parquet", ".pq", ".csv")
 
 
+def flat_trace_starts(df: pd.DataFrame) -> np.ndarray:
+    """First row of each trace whose loss never falls below its first value (rows of a
+    trace contiguous): a flat, all-zero or rising curve."""
+    loss = np.maximum(df["loss"].to_numpy(np.float64), LOSS_FLOOR)
+    ids = df["trace_id"].to_numpy()
+    starts = np.flatnonzero(np.r_[True, ids[1:] != ids[:-1]])
+    return starts[np.minimum.reduceat(loss, starts) >= loss[starts]]
+
+
 def reject_flat(df: pd.DataFrame, origin: str) -> None:
     """Raise :class:`TraceError` for a trace whose loss never falls below its first value.
 
     On such a curve (constant, all zero, rising) a task would meet any target the
     workload draws at its first report, and no predictor has remaining work to predict.
     """
-    loss = np.maximum(df["loss"].to_numpy(np.float64), LOSS_FLOOR)
-    ids = df["trace_id"].to_numpy()
-    starts = np.flatnonzero(np.r_[True, ids[1:] != ids[:-1]])
-    flat = np.minimum.reduceat(loss, starts) >= loss[starts]
-    if flat.any():
-        row = int(starts[int(np.flatnonzero(flat)[0])])
+    flat = flat_trace_starts(df)
+    if len(flat):
+        row = int(flat[0])
         raise TraceError(
-            f"{origin}: trace {ids[row]!r}, row {row}: the loss never falls below its first "
-            f"value {df['loss'].iloc[row]:g} (a flat or rising curve); expected a learning "
-            "curve whose loss decreases (is this the loss column or tag?)"
+            f"{origin}: trace {df['trace_id'].iloc[row]!r}, row {row}: the loss never falls "
+            f"below its first value {df['loss'].iloc[row]:g} (a flat or rising curve); "
+            "expected a learning curve whose loss decreases (is this the loss column or tag?)"
         )
 
 

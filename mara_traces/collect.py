@@ -12,7 +12,7 @@ import pandas as pd
 import torch
 from tqdm import tqdm
 
-from mara_env.traces import REQUIRED_COLUMNS, read_traces, write_traces
+from mara_env.traces import REQUIRED_COLUMNS, flat_trace_starts, read_traces, write_traces
 from mara_traces import lm, rl, tabular, vision
 from mara_traces.common import source_name
 from mara_traces.splits import split_of
@@ -187,10 +187,9 @@ def learning_traces(table: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
 
     A run that never learns (an RL agent that never reaches a goal) is a real outcome, but
     as a task it meets any target at its first report; the shipped library leaves it out,
-    as ``mara traces import`` does (``mara_env.traces.reject_flat``).
+    as ``mara traces import`` does (:func:`mara_env.traces.reject_flat`).
     """
-    first = table.groupby("trace_id", sort=False)["loss"].transform("first")
-    best = table.groupby("trace_id", sort=False)["loss"].transform("min")
-    flat = best >= first
-    dropped = sorted(table.loc[flat, "trace_id"].unique())
-    return table[~flat].reset_index(drop=True), dropped
+    table = table.reset_index(drop=True)
+    dropped = sorted(table["trace_id"].iloc[flat_trace_starts(table)])
+    keep = ~table["trace_id"].isin(dropped)
+    return table[keep].reset_index(drop=True), dropped

@@ -21,6 +21,12 @@ def log_uniform(rng: np.random.Generator, lo: float, hi: float) -> float:
     return float(f"{np.exp(rng.uniform(np.log(lo), np.log(hi))):.2g}")
 
 
+def weighted_choice(rng: np.random.Generator, weights: dict[str, float]) -> str:
+    """One key of ``weights``, drawn with probability proportional to its weight."""
+    w = np.array(list(weights.values()))
+    return str(rng.choice(list(weights), p=w / w.sum()))
+
+
 def source_name(fields: dict[str, object]) -> str:
     """``key=value;key=value`` in the given order; floats in short scientific form."""
     return ";".join(f"{k}={f'{v:.2g}' if isinstance(v, float) else v}" for k, v in fields.items())

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from mara_traces.common import log_uniform, lr_factor, make_optimizer
+from mara_traces.common import log_uniform, lr_factor, make_optimizer, weighted_choice
 
 VOCAB = 256  # bytes
 HELD_OUT = 0.1  # last fraction of each corpus
@@ -145,9 +145,7 @@ class CharLSTM(nn.Module):
 
 def sample_config(rng: np.random.Generator, budget: float = 1.0, stream: str = "v1") -> dict:
     """One run's corpus, model and hyper-parameters (``budget`` scales the logged points)."""
-    names = list(CORPUS_WEIGHTS)
-    weights = np.array(list(CORPUS_WEIGHTS.values()))
-    corpus = str(rng.choice(names, p=weights / weights.sum()))
+    corpus = weighted_choice(rng, CORPUS_WEIGHTS)
     depth = int(rng.choice([1, 2]))
     if rng.random() < 0.6:
         width = int(rng.choice([32, 48, 64]))

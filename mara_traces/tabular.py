@@ -15,6 +15,7 @@ from mara_traces.common import (
     log_uniform,
     mlp,
     train_supervised,
+    weighted_choice,
 )
 
 # Sampling weight of each dataset; the weights of a split's datasets sum to its share
@@ -116,10 +117,7 @@ def sample_config(rng: np.random.Generator, budget: float = 1.0, stream: str = "
     inverse-sqrt and step schedules, AdamW, larger batches and the held-out v2 datasets.
     """
     v2 = stream == "v2"
-    weights_of = STREAMS[stream]
-    names = list(weights_of)
-    weights = np.array(list(weights_of.values()))
-    name = str(rng.choice(names, p=weights / weights.sum()))
+    name = weighted_choice(rng, STREAMS[stream])
     depth = int(rng.choice([0, 1, 1, 2, 2, 3]))
     opt = str(rng.choice(OPTIMIZERS_V2 if v2 else OPTIMIZERS))
     cfg: dict = {"dataset": name}

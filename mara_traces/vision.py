@@ -15,6 +15,7 @@ from mara_traces.common import (
     log_uniform,
     mlp,
     train_supervised,
+    weighted_choice,
 )
 
 SIZE = 16  # side of the drawn images (digits stay 8x8)
@@ -178,10 +179,7 @@ def sample_config(rng: np.random.Generator, budget: float = 1.0, stream: str = "
     AdamW, larger batches, augmentation and the held-out v2 generators.
     """
     v2 = stream == "v2"
-    weights_of = STREAMS[stream]
-    names = list(weights_of)
-    weights = np.array(list(weights_of.values()))
-    name = str(rng.choice(names, p=weights / weights.sum()))
+    name = weighted_choice(rng, STREAMS[stream])
     opt = str(rng.choice(OPTIMIZERS_V2 if v2 else OPTIMIZERS))
     cfg: dict = {
         "dataset": name,

@@ -6,6 +6,7 @@ expected, before any work starts (the commands print :class:`UsageError` and exi
 
 from __future__ import annotations
 
+import argparse
 import math
 import os
 import shutil
@@ -101,3 +102,15 @@ def output_file(path: str | os.PathLike, option: str = "--out") -> None:
     path = Path(path)
     check(not path.is_dir(), option, path, "a file path, not a directory")
     check_output_dir(path.parent, option, label=path)
+
+
+def run_lists(args: argparse.Namespace) -> tuple[list[str], list[float], list[int]]:
+    """``--schedulers``, ``--loads`` and ``--seeds`` of an evaluation command, checked, with
+    ``--episodes`` and ``--workers``."""
+    specs = parse_list(args.schedulers, "--schedulers", str, "scheduler specs")
+    loads = parse_list(args.loads, "--loads", float, "load factors")
+    seeds = parse_list(args.seeds, "--seeds", seed, "non-negative integer seeds")
+    at_least(args.episodes, "--episodes", 1)
+    if args.workers is not None:
+        at_least(args.workers, "--workers", 1)
+    return specs, loads, seeds

@@ -80,18 +80,13 @@ def checked_args(args: argparse.Namespace) -> dict[str, Any]:
     from mara_agents.commands import checks
     from mara_agents.registry import resolve
 
-    specs = checks.parse_list(args.schedulers, "--schedulers", str, "scheduler specs")
+    specs, loads, seeds = checks.run_lists(args)
     for i, spec in enumerate(specs):
         same = next((s for s in specs[:i] if resolve(s) == resolve(spec)), None)
         if same is not None:
             raise checks.UsageError(
                 f"--schedulers: {spec!r} names the same scheduler as {same!r}; give each once"
             )
-    loads = checks.parse_list(args.loads, "--loads", float, "load factors")
-    episodes = checks.at_least(args.episodes, "--episodes", 1)
-    seeds = checks.parse_list(args.seeds, "--seeds", checks.seed, "non-negative integer seeds")
-    if args.workers is not None:
-        checks.at_least(args.workers, "--workers", 1)
     if args.address is not None:
         from mara_agents.extras import require
 
@@ -101,7 +96,7 @@ def checked_args(args: argparse.Namespace) -> dict[str, Any]:
     return dict(
         specs=specs,
         loads=loads,
-        episodes=episodes,
+        episodes=args.episodes,
         seeds=seeds,
         config=config,
         traces=traces,

@@ -47,14 +47,9 @@ def run(args: argparse.Namespace) -> int:
     from mara_env.config import ClusterConfig, ConfigError
 
     try:
-        specs = checks.parse_list(args.schedulers, "--schedulers", str, "scheduler specs")
-        loads = checks.parse_list(args.loads, "--loads", float, "load factors")
+        specs, loads, seeds = checks.run_lists(args)
         for load in loads:
             ClusterConfig(load=load)  # (0, 100], finite: one message naming the value
-        seeds = checks.parse_list(args.seeds, "--seeds", checks.seed, "non-negative integer seeds")
-        checks.at_least(args.episodes, "--episodes", 1)
-        if args.workers is not None:
-            checks.at_least(args.workers, "--workers", 1)
         checks.check_output_dir(args.out)
         summary = reproduce(
             out=args.out,

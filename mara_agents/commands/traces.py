@@ -88,7 +88,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run_collect(args: argparse.Namespace) -> int:
-    from mara_agents.commands.checks import UsageError, at_least
+    from mara_agents.commands.checks import UsageError, at_least, check, output_file
     from mara_agents.extras import require
 
     require("collect")
@@ -102,10 +102,9 @@ def run_collect(args: argparse.Namespace) -> int:
         at_least(args.workers, "--workers", 1)
         at_least(args.seed, "--seed", 0)
         for path, flag in ((args.out, "--out"), (args.ship, "--ship")):
-            if path is not None and path.suffix not in (".parquet", ".pq"):
-                raise UsageError(f"{flag} {path}: expected a .parquet file path")
-            if path is not None and path.is_dir():
-                raise UsageError(f"{flag} {path} is a directory; expected a .parquet file path")
+            if path is not None:
+                check(path.suffix in (".parquet", ".pq"), flag, path, "a .parquet file path")
+                output_file(path, flag)
     except UsageError as exc:
         print(f"mara traces collect: {exc}", file=sys.stderr)
         return 2
