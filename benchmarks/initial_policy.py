@@ -21,6 +21,7 @@ import torch
 
 from mara_agents.experiment import load_experiment
 from mara_agents.rl_module import MaraRoundModule
+from mara_agents.rounds import decode
 from mara_env.round_env import RoundEnv
 
 
@@ -44,7 +45,7 @@ def run(biases: list[float], episodes: int, split: str, load: float, seed: int =
         while live:
             batch = {k: torch.as_tensor(np.stack([obs[i][k] for i in live])) for k in obs[0]}
             with torch.no_grad():
-                actions, _, _ = module.decode(batch, greedy=False, generator=gen)
+                actions, _, _ = decode(module.net, batch, greedy=False, generator=gen)
             mine = batch["node_slot"] >= 0
             stayed += int((actions == batch["node_slot"])[mine].sum())
             served += int(mine.sum())

@@ -231,6 +231,7 @@ MODEL_BOUNDS = {
     "heads": POSITIVE_INT,
     "attention_layers": COUNT,
     "critic_hidden": POSITIVE_INT,
+    "score_hidden": POSITIVE_INT,
     "value_scale": POSITIVE,
 }
 PRETRAIN_BOUNDS = {

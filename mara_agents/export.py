@@ -80,7 +80,7 @@ def export_warm_start(weights: str | Path, exp: Experiment, out: str | Path) -> 
     """Write a behaviour-cloning warm start (``OUT/<name>_pretrain.pt``) as a policy file."""
     state = torch.load(weights, map_location="cpu", weights_only=True)
     k = exp.env.num_slots
-    node_dim, slot_dim = state["node_enc.0.weight"].shape[1], state["slot_enc.0.weight"].shape[1]
+    node_dim, slot_dim = state["node_enc.0.weight"].shape[1], state["critic_slot.0.weight"].shape[1]
     obs_dim = node_dim + k * slot_dim
     layout = ObsLayout.infer(obs_dim, obs_dim + len(QUEUE_FEATURES), k + 1)
     net = MaraNet(layout, model_config_from(exp.model))

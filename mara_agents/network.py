@@ -1,13 +1,27 @@
 """MARA's policy network in plain torch: a permutation-equivariant slot scorer and critic.
 
-The flat observation is reshaped into the node features and ``K`` slot rows; each slot
-row is encoded by an MLP, slots attend to each other (self-attention, no positional
-encoding, so permuting the slots permutes the logits), and every slot is scored together
-with the node context and the *autoregressive context*: the round's earlier choices,
-present in each slot's ``nodes_chosen`` feature and pooled into a context vector weighted
-by those choices.  An idle logit is computed from the pooled slots and the node context;
-masked actions get :data:`MASKED_LOGIT`.  The critic is a separate small network on the
-global ``state``.
+The flat observation is reshaped into the node features and ``K`` slot rows.  Each slot
+row has *round* features (the task: its progress, deadline, cap, predictor read-out, …),
+the same for every node of a decision round, and three *per-node* features: how many
+earlier nodes of the round chose it (``nodes_chosen``), how many nodes that served it
+still have to choose (``nodes_pending``) and whether this node served it (``is_mine``).
+
+The network is split the way the Multi-Agent Transformer splits encoder and decoder:
+
+* :meth:`MaraNet.encode` reads the round features only: an MLP per slot, then
+  self-attention across slots (no positional encoding, so permuting the slots permutes
+  the logits).  It runs once per round, whatever the number of nodes.
+* :meth:`MaraNet.head` scores every slot for one or more nodes from that encoding plus
+  the node's own features, its three per-node slot features and the *autoregressive
+  context*: the round's earlier choices pooled into a context vector weighted by
+  ``nodes_chosen``.  It is a one-hidden-layer MLP over ``[slot, per-node, node,
+  context]`` whose first layer is applied part by part, so a node costs a few small
+  operations.  An idle logit is computed from the pooled slots, the node and the
+  context; masked actions get :data:`MASKED_LOGIT`.
+
+:meth:`MaraNet.logits` is the node-by-node view (one flat observation per row, as the AEC
+env shows it); :mod:`mara_agents.rounds` decodes a whole round with one ``encode``.  The
+critic is a separate small network on the global ``state``.
 
 Torch only (no ray): :mod:`mara_agents.policy` runs it from a policy file, and
 :mod:`mara_agents.rl_module` adapts it to RLlib for training.
@@ -16,7 +30,7 @@ Torch only (no ray): :mod:`mara_agents.policy` runs it from a policy file, and
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch import nn
@@ -26,6 +40,9 @@ from mara_env.cluster_env import NODE_FEATURES, QUEUE_FEATURES, SLOT_FEATURES
 # Very negative but finite: exp() underflows to exactly 0 and 0 * logit stays 0 (no NaN).
 MASKED_LOGIT = -1e9
 MINE_INDEX = SLOT_FEATURES.index("is_mine")  # the slot row's "served it last tick" flag
+# The slot features that differ between the nodes of a round, in the order of the
+# per-node feature tensors (``(..., K, 3)``) that MaraNet.head reads.
+PER_NODE_FEATURES = ("nodes_chosen", "nodes_pending", "is_mine")
 
 
 class ModelError(ValueError):
@@ -37,6 +54,9 @@ class ModelConfig:
     """Hyper-parameters of :class:`MaraNet` (the ``model`` section of an experiment)."""
 
     hidden: int = 64  # width of slot / node embeddings
+    # Width of the slot scorer's hidden layer, which runs once per (node, slot) pair:
+    # the bulk of the cost of a PPO update in the round view.
+    score_hidden: int = 32
     heads: int = 4  # attention heads
     attention_layers: int = 1  # self-attention blocks across slots
     critic_hidden: int = 64  # width of the critic
@@ -108,6 +128,14 @@ class _SlotAttention(nn.Module):
         return h + self.ff(self.norm2(h))
 
 
+class RoundEncoding(NamedTuple):
+    """What :meth:`MaraNet.encode` computes once per round (``B`` rounds, ``K`` slots)."""
+
+    h: torch.Tensor  # (B, K, H) slot embeddings after attention
+    score_slot: torch.Tensor  # (B, K, S) the slot part of the scorer's first layer
+    idle_pooled: torch.Tensor  # (B, H) the pooled-slots part of the idle head's first layer
+
+
 class MaraNet(nn.Module):
     """Actor (slot logits + idle logit) and centralized critic; plain torch."""
 
@@ -115,14 +143,29 @@ class MaraNet(nn.Module):
         super().__init__()
         self.layout, self.config = layout, config
         h = config.hidden
-        self.slot_enc = _mlp(layout.slot_dim, h, h)
+        per_node = [SLOT_FEATURES.index(f) for f in PER_NODE_FEATURES]
+        shared = [i for i in range(layout.slot_dim) if i not in per_node]
+        # index buffers, not parameters: not in the state dict
+        self.register_buffer("per_node_cols", torch.tensor(per_node), persistent=False)
+        self.register_buffer("shared_cols", torch.tensor(shared), persistent=False)
+        self.slot_enc = _mlp(len(shared), h, h)
         self.node_enc = _mlp(layout.node_dim, h, h)
         self.blocks = nn.ModuleList(
             _SlotAttention(h, config.heads) for _ in range(config.attention_layers)
         )
         self.context = nn.Linear(h, h)
-        self.score = _mlp(3 * h, h, 1)
-        self.idle = _mlp(3 * h, h, 1)
+        # scorer: relu(W_s slot + W_p per_node + W_n node + W_c context) -> 1
+        s = config.score_hidden
+        self.score_slot = nn.Linear(h, s)
+        self.score_per_node = nn.Linear(len(per_node), s, bias=False)
+        self.score_node = nn.Linear(h, s, bias=False)
+        self.score_context = nn.Linear(h, s, bias=False)
+        self.score_out = nn.Linear(s, 1)
+        # idle: relu(W_p pooled + W_n node + W_c context) -> 1
+        self.idle_pooled = nn.Linear(h, h)
+        self.idle_node = nn.Linear(h, h, bias=False)
+        self.idle_context = nn.Linear(h, h, bias=False)
+        self.idle_out = nn.Linear(h, 1)
         c = config.critic_hidden
         self.critic_slot = _mlp(layout.slot_dim, c, c)
         self.critic_head = _mlp(layout.node_dim + layout.state_extra + 2 * c, c, 1)
@@ -135,40 +178,85 @@ class MaraNet(nn.Module):
         )
         return node, slots
 
-    def logits(self, obs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """Masked logits ``(B, K + 1)`` (last = idle) for flat observations ``(B, D)``."""
-        lay = self.layout
-        node, slots = self._split(obs)
-        chosen = slots[..., lay.chosen_index]
-        if self.config.independent:
-            slots = slots.clone()
-            slots[..., [lay.chosen_index, lay.pending_index]] = 0.0
-        occupied = slots[..., lay.occupied_index] > 0.5
-        h = self.slot_enc(slots)
-        key_bias = torch.where(occupied, 0.0, -1e4)[:, None, :].expand(-1, lay.num_slots, -1)
+    def encode(self, slots: torch.Tensor, width: int | None = None) -> RoundEncoding:
+        """The round part of the actor from slot rows ``(B, K, S)``; their per-node
+        columns (:data:`PER_NODE_FEATURES`) are not read.  Only the first ``width`` slots
+        are encoded (default all; see :meth:`width`)."""
+        slots = slots[:, :width]
+        occupied = slots[..., self.layout.occupied_index] > 0.5
+        h = self.slot_enc(slots.index_select(-1, self.shared_cols))
+        k = slots.shape[1]
+        key_bias = torch.where(occupied, 0.0, -1e4)[:, None, :].expand(-1, k, -1)
         for block in self.blocks:
             h = block(h, key_bias)
-        n = self.node_enc(node)
-        if self.config.independent:
-            ctx = torch.zeros_like(n)
-        else:
-            w = chosen.clamp(min=0.0)
-            ctx = self.context((w[..., None] * h).sum(-2) / (w.sum(-1, keepdim=True) + 1e-6))
-        occ = occupied.float()[..., None]
+        occ = occupied.to(h.dtype)[..., None]
         pooled = (occ * h).sum(-2) / (occ.sum(-2) + 1e-6)
-        k = lay.num_slots
-        slot_logits = self.score(
-            torch.cat([h, n[:, None, :].expand(-1, k, -1), ctx[:, None, :].expand(-1, k, -1)], -1)
-        ).squeeze(-1)
+        return RoundEncoding(h, self.score_slot(h), self.idle_pooled(pooled))
+
+    def width(self, slots: torch.Tensor, mask: torch.Tensor) -> int:
+        """How many leading slots a batch uses: one past the last slot that is occupied
+        or valid anywhere in it.  The env fills slots from the first, so the rest are
+        empty and masked; the network skips them (their logits are masked anyway, and
+        attention gives empty slots zero weight)."""
+        used = (slots[..., self.layout.occupied_index] > 0.5) | (mask[..., :-1] > 0)
+        used = used.reshape(-1, used.shape[-1]).any(0).nonzero()
+        return int(used[-1]) + 1 if len(used) else 1
+
+    def encode_nodes(self, node: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Node rows ``(B, M, node_dim)`` as the scorer's and idle head's node terms."""
+        n = self.node_enc(node)
+        return self.score_node(n), self.idle_node(n)
+
+    def head(
+        self,
+        enc: RoundEncoding,
+        nodes: tuple[torch.Tensor, torch.Tensor],
+        per_node: torch.Tensor,
+        mask: torch.Tensor,
+    ) -> torch.Tensor:
+        """Masked logits ``(B, M, K + 1)`` of ``M`` nodes of each round: ``nodes`` from
+        :meth:`encode_nodes`, ``per_node`` ``(B, M, K, 3)`` their
+        :data:`PER_NODE_FEATURES`, ``mask`` ``(B, M, K + 1)``.  Slots beyond the
+        encoding's width get :data:`MASKED_LOGIT`."""
+        score_node, idle_node = nodes
+        width = enc.h.shape[1]
+        per_node = per_node[..., :width, :]
+        if self.config.independent:  # no view of the round's other choices
+            per_node = torch.cat([torch.zeros_like(per_node[..., :2]), per_node[..., 2:]], -1)
+            score_ctx = idle_ctx = 0.0
+        else:
+            w = per_node[..., 0].clamp(min=0.0)  # nodes_chosen
+            pooled = torch.einsum("bmk,bkh->bmh", w, enc.h) / (w.sum(-1, keepdim=True) + 1e-6)
+            ctx = self.context(pooled)
+            score_ctx, idle_ctx = self.score_context(ctx), self.idle_context(ctx)
+        hidden = torch.relu(
+            enc.score_slot[:, None]
+            + self.score_per_node(per_node)
+            + (score_node + score_ctx)[..., None, :]
+        )
+        slot_logits = self.score_out(hidden).squeeze(-1)
         if self.config.stay_bias:
-            slot_logits = slot_logits + self.config.stay_bias * slots[..., MINE_INDEX]
-        idle_logit = self.idle(torch.cat([pooled, n, ctx], -1))
-        out = torch.cat([slot_logits, idle_logit], -1)
+            slot_logits = slot_logits + self.config.stay_bias * per_node[..., 2]
+        idle_logit = self.idle_out(torch.relu(enc.idle_pooled[:, None] + idle_node + idle_ctx))
+        k = self.layout.num_slots
+        if width < k:
+            rest = slot_logits.new_full((*slot_logits.shape[:-1], k - width), MASKED_LOGIT)
+            out = torch.cat([slot_logits, rest, idle_logit], -1)
+        else:
+            out = torch.cat([slot_logits, idle_logit], -1)
         valid = mask > 0
         if self.config.work_conserving:
-            valid = valid.clone()
-            valid[:, -1] = ~valid[:, :-1].any(-1)
+            valid = torch.cat([valid[..., :-1], ~valid[..., :-1].any(-1, keepdim=True)], -1)
         return torch.where(valid, out, torch.full_like(out, MASKED_LOGIT))
+
+    def logits(self, obs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """Masked logits ``(B, K + 1)`` (last = idle) for flat observations ``(B, D)``."""
+        node, slots = self._split(obs)
+        per_node = slots.index_select(-1, self.per_node_cols)
+        enc = self.encode(slots, self.width(slots, mask))
+        return self.head(enc, self.encode_nodes(node[:, None]), per_node[:, None], mask[:, None])[
+            :, 0
+        ]
 
     def value(self, state: torch.Tensor) -> torch.Tensor:
         """Value ``(B,)`` of global states ``(B, D + 4)``: expected remaining team return."""

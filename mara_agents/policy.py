@@ -2,7 +2,7 @@
 
 A policy file is ``torch.save`` of a plain dict (loaded with ``weights_only=True``)::
 
-    {"format": "mara-policy", "version": 2,
+    {"format": "mara-policy", "version": 3,
      "layout": {...ObsLayout...}, "model": {...ModelConfig...},
      "env": {...ClusterConfig the policy was trained on...},
      "wrapper": "none" | "flow" | "wls", "wrapper_options": {...},
@@ -33,13 +33,15 @@ import torch
 
 from flow_predictor.wrapper import PREDICTOR_FEATURES, WRAPPERS, wrap
 from mara_agents.network import MaraNet, ModelConfig, ObsLayout
-from mara_agents.numpy_actor import NumpyActor
+from mara_agents.rounds import decode
 from mara_env.cluster_env import NODE_FEATURES, QUEUE_FEATURES, SLOT_FEATURES
 
 FORMAT = "mara-policy"
 # 2: the env's slot rows gained nodes_pending and the wrapper's pred_share (v1 files, whose
 # observations lack them, cannot run in the current env).
-VERSION = 2
+# 3: MaraNet encodes the slots once per round and adds the per-node features in its head
+# (v2 weights belong to the network that encoded the slots per node).
+VERSION = 3
 SHIPPED_POLICY = Path(__file__).parent / "policies" / "mara_v4.pt"
 REQUIRED_KEYS = ("layout", "model", "wrapper", "state_dict")
 
@@ -123,8 +125,6 @@ class MaraPolicy:
 
     def __init__(self, net: MaraNet, meta: dict[str, Any], seed: int | None = None) -> None:
         self.net = net.eval()
-        # one observation per call: numpy is faster; a copy of the weights as loaded
-        self.actor = NumpyActor(self.net)
         self.meta = meta
         self.generator = torch.Generator().manual_seed(0 if seed is None else seed)
 
@@ -137,7 +137,7 @@ class MaraPolicy:
         self.generator.manual_seed(seed)
 
     def logits(self, obs: dict[str, np.ndarray]) -> np.ndarray:
-        """Masked logits ``(K + 1,)`` of one observation dict (numpy; same as ``net.logits``)."""
+        """Masked logits ``(K + 1,)`` of one observation dict (``net.logits`` as numpy)."""
         x = np.asarray(obs["observation"], np.float32)
         lay = self.net.layout
         if x.shape != (lay.obs_dim,):
@@ -146,7 +146,19 @@ class MaraPolicy:
                 f"({lay.node_dim} node features + {lay.num_slots} slots x {lay.slot_dim}, "
                 f"wrapper={self.wrapper!r}): build the env with num_slots={lay.num_slots}"
             )
-        return self.actor.logits(x, obs["action_mask"])
+        mask = np.asarray(obs["action_mask"])
+        with torch.no_grad():
+            out = self.net.logits(torch.from_numpy(x)[None], torch.from_numpy(mask)[None])
+        return out[0].numpy()
+
+    def act_round(self, obs: dict[str, np.ndarray], greedy: bool = True) -> np.ndarray:
+        """The ``N`` node actions of one round observation of
+        :class:`~mara_env.round_env.RoundEnv` (decoded node after node, each given the
+        earlier ones: the actions :meth:`act` would give node by node in the AEC env)."""
+        batch = {k: torch.from_numpy(np.asarray(v))[None] for k, v in obs.items()}
+        with torch.no_grad():
+            actions, _, _ = decode(self.net, batch, greedy, self.generator)
+        return actions[0].numpy()
 
     def act(self, obs: dict[str, np.ndarray], greedy: bool = True) -> int:
         """Action for one observation: argmax (default) or a sample from the seeded generator."""
@@ -181,8 +193,9 @@ def _read(path: Path) -> dict[str, Any]:
     if data.get("version") != VERSION:
         raise PolicyFileError(
             f"{path}: policy file version {data.get('version')}; expected {VERSION} "
-            "(version 1 files were trained on an observation layout without the "
-            "nodes_pending and pred_share features: retrain or export again)"
+            "(version 2 files hold the earlier network, which encoded the slots for every "
+            "node, and version 1 files an observation layout without nodes_pending and "
+            "pred_share: retrain)"
         )
     missing = [k for k in REQUIRED_KEYS if k not in data]
     if missing:
@@ -270,6 +283,10 @@ class MaraAgent:
 
     ``env`` is the AEC env the harness steps; when the policy was trained with predictor
     features, the agent observes through its own copy of the same observation wrapper.
+    It acts round by round: at a round's first node it decodes all ``N`` nodes' actions
+    from the round's observation (:class:`~mara_env.round_env.RoundEnv`'s view of the same
+    env, one slot encoding per round) and hands them out node by node.  They are the
+    actions the policy gives each node's own observation (tested).
     """
 
     def __init__(
@@ -283,17 +300,26 @@ class MaraAgent:
         self.name = "mara"
         # the harness builds this agent's env with the slot count the policy was trained on
         self.num_slots = self.policy.net.layout.num_slots
-        self._view: Any = None
+        self._rounds: Any = None
+        self._actions: list[int] = []
 
     def reset(self, env: Any, seed: int) -> None:
         """Call right after ``env.reset(seed=seed)``."""
+        from mara_env.round_env import RoundEnv
+
         self.policy.seed(seed)
         # A fresh view per episode: the wrapper caches predictions per task.
-        self._view = wrap(env, self.policy.wrapper, self.policy.meta.get("wrapper_options"))
+        view = wrap(env, self.policy.wrapper, self.policy.meta.get("wrapper_options"))
+        self._rounds = RoundEnv(view)
+        self._actions = []
 
     def act(self, env: Any, agent: str) -> int:
         """The action of ``agent`` (the env's current agent)."""
-        return self.policy.act(self._view.observe(agent), greedy=self.greedy)
+        i = self._rounds.engine.agents.index(agent)
+        if i == 0:
+            obs = self._rounds.observe()
+            self._actions = self.policy.act_round(obs, greedy=self.greedy).tolist()
+        return int(self._actions[i])
 
 
 def make_agent(arg: str = "") -> MaraAgent:

@@ -202,12 +202,9 @@ def collect_demonstrations(
     the policy acts greedily, the teacher only labels the states the policy reaches, and
     ``"taken"`` holds the policy's own actions.
     """
-    from mara_agents.numpy_actor import NumpyActor
     from mara_agents.registry import make_scheduler
     from mara_env.schedulers import SchedulerAgent
 
-    # the clone acts one observation at a time, as the harness's agent does
-    actor = None if policy is None else NumpyActor(policy)
     env = make_wrapped_env(exp.env_config())
     # The spec was checked when the experiment was parsed.
     agent = SchedulerAgent(make_scheduler(exp.pretrain.scheduler))
@@ -230,8 +227,10 @@ def collect_demonstrations(
             states.append(o["state"])
             actions.append(a)
             rounds.append(len(rewards) - 1)
-            if actor is not None:
-                a = int(actor.logits(o["observation"], o["action_mask"]).argmax())
+            if policy is not None:
+                with torch.no_grad():
+                    x = torch.from_numpy(o["observation"])[None]
+                    a = int(policy.logits(x, torch.from_numpy(o["action_mask"])[None]).argmax())
                 taken.append(a)
             env.step(a)
             if name == env.possible_agents[-1]:

@@ -110,7 +110,9 @@ class RoundEnv(gymnasium.Env):
         self.action_space = spaces.MultiDiscrete([k + 1] * n)
         self._slot_shape = (k, slot_dim)
 
-    def _observe(self) -> dict[str, np.ndarray]:
+    def observe(self) -> dict[str, np.ndarray]:
+        """The observation of the current round, before any node has chosen (also valid
+        on an env another driver steps, at the start of a round)."""
         engine = self.engine
         nodes, node_slot = engine.node_rows()
         first = self.aec.observe(self._agent0)  # node 0 before anyone chose
@@ -130,7 +132,7 @@ class RoundEnv(gymnasium.Env):
     ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
         super().reset(seed=seed)
         self.aec.reset(seed=seed, options=options)
-        return self._observe(), {}
+        return self.observe(), {}
 
     def _check(self, action: Any) -> np.ndarray:
         """``action`` as N ints; :class:`InvalidActionError` naming the node otherwise."""
@@ -157,7 +159,7 @@ class RoundEnv(gymnasium.Env):
         done = engine.sim.done
         if engine.finished:
             info["episode"] = engine.sim.metrics()
-        return self._observe(), reward, done, engine.truncated and not done, info
+        return self.observe(), reward, done, engine.truncated and not done, info
 
     def render(self) -> str | None:
         if self.render_mode is None:

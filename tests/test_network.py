@@ -1,13 +1,11 @@
-"""The policy network (plain torch): masks, slot permutations, context, and its numpy copy."""
+"""The policy network (plain torch): masks, slot permutations, context, and the round split."""
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import torch
 
 from mara_agents.network import MaraNet, ModelConfig, ModelError, ObsLayout
-from mara_agents.numpy_actor import NumpyActor
 from mara_env.cluster_env import NODE_FEATURES, QUEUE_FEATURES, SLOT_FEATURES
 
 K, NODE, SLOT = 5, len(NODE_FEATURES), len(SLOT_FEATURES)
@@ -80,18 +78,22 @@ def test_layout_errors_are_clear() -> None:
 
 
 @pytest.mark.parametrize("independent", [False, True])
-def test_numpy_actor_matches_the_torch_network(independent: bool) -> None:
-    """The policy file's numpy actor (used for acting) computes net.logits."""
-    layout = ObsLayout(node_dim=NODE, slot_dim=SLOT + 3, num_slots=K, state_extra=4)
-    config = ModelConfig(
-        hidden=32, heads=4, attention_layers=2, independent=independent, work_conserving=independent
+def test_per_node_features_do_not_enter_the_round_encoding(independent: bool) -> None:
+    """encode() reads only the round features: changing a node's own columns leaves it be,
+    and logits() equals encode() once plus head() for that node."""
+    net = make_net(independent=independent, attention_layers=2)
+    batch = random_batch(16, seed=4)
+    obs = batch["observation"]
+    slots = obs[:, NODE:].view(16, K, SLOT)
+    changed = slots.clone()
+    changed[..., [CHOSEN, CHOSEN + 1, len(SLOT_FEATURES) - 1]] += 1.0
+    for a, b in zip(net.encode(slots), net.encode(changed)):
+        torch.testing.assert_close(a, b)
+    per_node = slots[..., net.per_node_cols]
+    head = net.head(
+        net.encode(slots),
+        net.encode_nodes(obs[:, None, :NODE]),
+        per_node[:, None],
+        batch["action_mask"][:, None],
     )
-    net = MaraNet(layout, config).eval()
-    batch = random_batch(64, slot_dim=SLOT + 3, seed=3)
-    with torch.no_grad():
-        expected = net.logits(batch["observation"], batch["action_mask"]).numpy()
-    actor = NumpyActor(net)
-    obs, mask = batch["observation"].numpy(), batch["action_mask"].numpy()
-    got = np.stack([actor.logits(o, m) for o, m in zip(obs, mask)])
-    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
-    assert (got.argmax(1) == expected.argmax(1)).all()
+    torch.testing.assert_close(head[:, 0], net.logits(obs, batch["action_mask"]))

@@ -13,7 +13,6 @@ import pytest
 import torch
 
 from mara_agents.network import MaraNet, ModelConfig
-from mara_agents.numpy_actor import NumpyActor
 from mara_agents.policy import (
     FORMAT,
     SHIPPED_POLICY,
@@ -55,7 +54,7 @@ def test_round_trip_acts_as_the_network(policy_file: Path) -> None:
 def test_old_policy_files_and_wrong_observations_are_named(policy_file: Path) -> None:
     data = torch.load(policy_file, weights_only=True)
     torch.save({**data, "version": 1}, policy_file.parent / "v1.pt")
-    with pytest.raises(PolicyFileError, match="version 1; expected 2.*nodes_pending"):
+    with pytest.raises(PolicyFileError, match="version 1; expected 3.*nodes_pending"):
         load_policy(policy_file.parent / "v1.pt")
     policy = load_policy(policy_file)
     batch = random_batch(1, seed=4, k=K + 1)  # one slot more than the policy was built for
@@ -109,7 +108,7 @@ BAD_FILES = {
         "weights do not fit .*slot_enc.0.weight: missing",
     ),
     "NaN weights": (
-        _edit("state_dict", _weights(lambda k, v: v * np.nan if k == "idle.2.bias" else v)),
+        _edit("state_dict", _weights(lambda k, v: v * np.nan if k == "idle_out.bias" else v)),
         r"weights \['idle\.2\.bias'\] hold NaN or inf; expected finite numbers",
     ),
     "unknown model key": (
@@ -148,20 +147,31 @@ def test_missing_or_directory_policy_is_named(tmp_path: Path) -> None:
         load_policy(tmp_path)
 
 
-def test_numpy_actor_matches_the_shipped_network() -> None:
-    """The shipped weights act the same through the numpy copy and the torch network."""
-    net = load_policy(SHIPPED_POLICY).net
-    assert isinstance(net, MaraNet) and isinstance(net.config, ModelConfig)
-    lay = net.layout
-    batch = random_batch(32, seed=9, slot_dim=lay.slot_dim, k=lay.num_slots)
-    with torch.no_grad():
-        expected = net.logits(batch["observation"], batch["action_mask"]).numpy()
-    actor = NumpyActor(net)
-    got = np.stack(
-        [actor.logits(o, m) for o, m in zip(batch["observation"].numpy(), batch["action_mask"])]
-    )
-    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-3)
-    assert (got.argmax(1) == expected.argmax(1)).all()
+def test_the_harness_agent_acts_round_by_round_as_the_policy_acts_node_by_node() -> None:
+    """MaraAgent decodes a whole round at its first node; every node gets the action the
+    shipped policy gives that node's own (wrapped) AEC observation."""
+    from flow_predictor.wrapper import wrap
+    from mara_env.cluster_env import env
+
+    policy = load_policy(SHIPPED_POLICY)
+    assert isinstance(policy.net, MaraNet) and isinstance(policy.net.config, ModelConfig)
+    config = {"num_nodes": 6, "num_slots": policy.net.layout.num_slots, "horizon": 25}
+    aec = env(**config, split="val")
+    agent = MaraAgent(policy)
+    aec.reset(seed=4)
+    agent.reset(aec, seed=4)
+    view = wrap(aec, policy.wrapper, policy.meta.get("wrapper_options"))
+    steps = 0
+    for name in aec.agent_iter():
+        obs, _, term, trunc, _ = aec.last()
+        if term or trunc:
+            aec.step(None)
+            continue
+        a = agent.act(aec, name)
+        assert a == policy.act(view.observe(name))
+        aec.step(a)
+        steps += 1
+    assert steps >= 6 * 20
 
 
 def test_evaluating_the_shipped_policy_imports_no_ray(tmp_path: Path) -> None:

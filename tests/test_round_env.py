@@ -24,7 +24,8 @@ def _tensors(obs: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
 def test_same_seed_and_actions_give_the_same_episode_and_node_views(
     small_config: dict, wrapper: str
 ) -> None:
-    from mara_agents.rl_module import round_layout, round_views
+    from mara_agents.rl_module import round_layout
+    from mara_agents.rounds import flat_views, round_features
 
     aec = _aec(small_config, wrapper)
     rounds = RoundEnv(_aec(small_config, wrapper))
@@ -52,7 +53,9 @@ def test_same_seed_and_actions_give_the_same_episode_and_node_views(
             aec.step(a)
         total_aec += aec.rewards["node_0"]
         # The decoder's rebuilt views equal what the AEC env showed each node.
-        flat, mask = round_views(_tensors(robs), torch.tensor([actions]), layout)
+        robs_t = _tensors(robs)
+        per_node, mask = round_features(robs_t, torch.tensor([actions]), layout.num_slots)
+        flat = flat_views(robs_t, per_node, layout)
         for i, o in enumerate(views):
             np.testing.assert_array_equal(flat[0, i].numpy(), o["observation"])
             np.testing.assert_array_equal(mask[0, i].numpy(), o["action_mask"])

@@ -13,6 +13,7 @@ from ray.rllib.core.columns import Columns
 from mara_agents.export import export_checkpoint
 from mara_agents.policy import load_policy
 from mara_agents.rl_module import MaraRoundModule
+from mara_agents.rounds import decode
 from mara_env.cluster_env import env
 from mara_env.round_env import RoundEnv
 
@@ -54,7 +55,7 @@ def test_teacher_forced_logp_is_the_sum_of_the_sequential_node_logps(small_confi
     batch = _batch(_round_observations(small_config, 3, 12))
     g = torch.Generator().manual_seed(1)
     with torch.no_grad():
-        actions, logp, logits = module.decode(batch, greedy=False, generator=g)
+        actions, logp, logits = decode(module.net, batch, greedy=False, generator=g)
         out = module.forward_train({Columns.OBS: batch, Columns.ACTIONS: actions})
     forced = out[Columns.ACTION_DIST_INPUTS]
     torch.testing.assert_close(forced, logits.flatten(1), rtol=1e-5, atol=1e-4)
@@ -89,7 +90,7 @@ def test_exported_weights_act_identically_node_by_node(
         g = torch.Generator().manual_seed(seed)
         while True:
             with torch.no_grad():
-                actions, _, logits = module.decode(_batch([obs]), greedy=greedy, generator=g)
+                actions, _, logits = decode(module.net, _batch([obs]), greedy=greedy, generator=g)
             for i in range(n):
                 o, *_ = aec.last()
                 # the policy file, fed the AEC env's observation, gives node i's logits
@@ -121,6 +122,6 @@ def test_stay_bias_keeps_a_fresh_policy_on_its_task(small_config: dict) -> None:
             model_config={**MODEL, "stay_bias": bias},
         )
         with torch.no_grad():
-            actions, _, _ = module.decode(batch, greedy=False, generator=torch.Generator())
+            actions, _, _ = decode(module.net, batch, greedy=False, generator=torch.Generator())
         stayed[bias] = float((actions == batch["node_slot"])[mine].float().mean())
     assert stayed[6.0] > 0.8 > stayed[0.0]

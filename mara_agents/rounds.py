@@ -1,0 +1,132 @@
+"""A :class:`~mara_agents.network.MaraNet` acting on whole decision rounds (torch, no ray).
+
+A round observation is what :class:`mara_env.round_env.RoundEnv` returns: the node rows,
+the slot rows before anyone chose, the queue, the slot each node served in the last tick
+(``node_slot``), the slots' caps and node 0's mask, each with a leading batch axis.  From
+it this module rebuilds what the AEC env shows node ``i`` once nodes ``< i`` have chosen
+(the mapping is documented on ``RoundEnv``; a test checks it against ``observe`` at every
+node) and runs the network on it:
+
+* :func:`decode`: the nodes' actions one after another, each given the earlier ones (the
+  Multi-Agent Transformer's decoder), with one :meth:`MaraNet.encode` per round;
+* :func:`teacher_forced_logits`: every node's logits given the round's actions, in one
+  batched call (what PPO trains on);
+* :func:`round_value`: the centralized critic, once per round.
+
+:class:`mara_agents.rl_module.MaraRoundModule` trains through these; the evaluation
+harness's :class:`mara_agents.policy.MaraAgent` acts through :func:`decode`.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from mara_agents.network import MINE_INDEX, MaraNet, ObsLayout
+
+Obs = dict[str, torch.Tensor]
+
+
+def _slot_onehot(slot: torch.Tensor, k: int) -> torch.Tensor:
+    """One-hot ``(..., K)`` (int64) of slot indices; ``-1`` (none) is an all-zero row."""
+    return (slot[..., None] == torch.arange(k, device=slot.device)).long()
+
+
+def served(obs: Obs, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-node one-hots of the slot each node served ``(B, N, K)`` and their sum ``(B, K)``."""
+    one_hot = _slot_onehot(obs["node_slot"].long(), k)
+    return one_hot, one_hot.sum(1)
+
+
+def inverse_caps(obs: Obs) -> torch.Tensor:
+    """``1 / max(cap, 1)`` ``(B, 1, K)`` in float64, as the engine scales counts."""
+    return (1.0 / obs["slot_cap"].to(torch.float64).clamp(min=1.0))[:, None, :]
+
+
+def per_node_features(
+    obs: Obs,
+    nodes: slice | list[int],
+    chosen: torch.Tensor,
+    pending: torch.Tensor,
+    k: int,
+    inv: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The per-node slot features ``(B, M, K, 3)`` (``nodes_chosen``, ``nodes_pending``,
+    ``is_mine``) and masks ``(B, M, K + 1)`` of ``nodes``, given per node the slot counts
+    ``(B, M, K)`` of earlier nodes' choices (``chosen``) and of nodes still to choose
+    that served each slot in the last tick (``pending``); ``inv``: :func:`inverse_caps`."""
+    cap = obs["slot_cap"]
+    # As the engine: count * (1 / cap) in float64, then float32.
+    inv = inverse_caps(obs) if inv is None else inv
+    mine = _slot_onehot(obs["node_slot"][:, nodes].long(), k)
+    feats = torch.stack([(chosen * inv).float(), (pending * inv).float(), mine.float()], -1)
+    mask = obs["action_mask"][:, None].expand(-1, feats.shape[1], -1)
+    full = (chosen < cap[:, None, :]).to(mask.dtype)
+    mask = torch.cat([mask[..., :-1] * full, mask[..., -1:]], -1)
+    return feats, mask
+
+
+def round_features(obs: Obs, actions: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`per_node_features` of every node given the round's (valid) ``actions``
+    ``(B, N)``: node ``i`` sees the actions of nodes ``< i``."""
+    taken = _slot_onehot(torch.where(actions == k, -1, actions.long()), k)
+    one_hot, start = served(obs, k)
+    chosen = taken.cumsum(1) - taken  # choices of earlier nodes
+    pending = start[:, None] - (one_hot.cumsum(1) - one_hot)
+    return per_node_features(obs, slice(None), chosen, pending, k)
+
+
+def flat_views(obs: Obs, per_node: torch.Tensor, layout: ObsLayout) -> torch.Tensor:
+    """The flat observations ``(B, M, D)`` the AEC env shows the nodes of ``per_node``
+    (all N nodes, in order): node row, then the slot rows with the per-node columns set."""
+    b, m, k, _ = per_node.shape
+    slots = obs["slots"][:, None].expand(b, m, k, layout.slot_dim).clone()
+    cols = [layout.chosen_index, layout.pending_index, MINE_INDEX]
+    slots[..., cols] = per_node
+    return torch.cat([obs["nodes"][:, :m], slots.flatten(-2)], -1)
+
+
+def decode(
+    net: MaraNet, obs: Obs, greedy: bool, generator: torch.Generator | None = None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Actions ``(B, N)``, their summed log-prob ``(B,)`` and the logits ``(B, N, K + 1)``:
+    node after node, each given the earlier nodes' actions."""
+    k = net.layout.num_slots
+    n = obs["nodes"].shape[1]
+    enc = net.encode(obs["slots"], net.width(obs["slots"], obs["action_mask"]))
+    node_terms = net.encode_nodes(obs["nodes"])
+    one_hot, pending = served(obs, k)
+    chosen = torch.zeros_like(pending)
+    inv = inverse_caps(obs)
+    if not greedy:  # Gumbel-max: argmax(logits + G) is a sample of softmax(logits)
+        u = torch.rand((*one_hot.shape[:2], k + 1), generator=generator, device=one_hot.device)
+        gumbel = -torch.log(-torch.log(u.clamp(min=1e-20)))
+    actions, logits = [], []
+    for i in range(n):
+        feats, mask = per_node_features(obs, [i], chosen[:, None], pending[:, None], k, inv)
+        terms = (node_terms[0][:, i : i + 1], node_terms[1][:, i : i + 1])
+        logit = net.head(enc, terms, feats, mask)[:, 0]
+        a = logit.argmax(-1) if greedy else (logit + gumbel[:, i]).argmax(-1)
+        chosen = chosen + _slot_onehot(torch.where(a == k, -1, a), k)
+        pending = pending - one_hot[:, i]
+        actions.append(a)
+        logits.append(logit)
+    acts, logit_all = torch.stack(actions, 1), torch.stack(logits, 1)
+    logp = torch.log_softmax(logit_all, -1).gather(-1, acts[..., None]).squeeze(-1).sum(-1)
+    return acts, logp, logit_all
+
+
+def teacher_forced_logits(net: MaraNet, obs: Obs, actions: torch.Tensor) -> torch.Tensor:
+    """Every node's logits ``(B, N, K + 1)`` given the round's ``actions`` ``(B, N)``, in
+    one call of the head (node ``i`` sees the actions of nodes ``< i``)."""
+    feats, mask = round_features(obs, actions, net.layout.num_slots)
+    enc = net.encode(obs["slots"], net.width(obs["slots"], obs["action_mask"]))
+    return net.head(enc, net.encode_nodes(obs["nodes"]), feats, mask)
+
+
+def round_value(net: MaraNet, obs: Obs) -> torch.Tensor:
+    """The critic's value ``(B,)`` of each round: the global state before anyone chose."""
+    k = net.layout.num_slots
+    _, pending = served(obs, k)
+    feats, _ = per_node_features(obs, [0], torch.zeros_like(pending)[:, None], pending[:, None], k)
+    flat = flat_views(obs, feats, net.layout)[:, 0]
+    return net.value(torch.cat([flat, obs["queue"]], -1))
