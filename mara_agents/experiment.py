@@ -44,7 +44,7 @@ from flow_predictor.wrapper import WRAPPERS
 from mara_env.config import ClusterConfig, ConfigError
 
 # PPOConfig methods an experiment may pass overrides to; the env, module, multi-agent
-# mapping and callbacks are set by mara_agents.train from the other sections.
+# mapping and callbacks are set by mara_agents.ppo from the other sections.
 RLLIB_METHODS = (
     "env_runners",
     "training",

@@ -1,12 +1,16 @@
 """Reports of evaluation results: ``summary.md``, plots and TensorBoard scalars.
 
 :func:`write_outputs` writes everything :func:`mara_agents.runner.evaluate` leaves in its
-output directory, from the results table (:mod:`mara_agents.stats`).
+output directory, from the results table (:mod:`mara_agents.stats`).  Its event-file
+writer, :class:`ScalarWriter`, also writes training's TensorBoard scalars
+(:mod:`mara_agents.curves`).
 """
 
 from __future__ import annotations
 
 import os
+import time
+from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
@@ -173,23 +177,42 @@ def plot_families(df: pd.DataFrame, path: str | os.PathLike) -> None:
     plt.close(fig)
 
 
-def write_tensorboard(df: pd.DataFrame, log_dir: str | os.PathLike) -> None:
-    """Scalars ``eval/<metric>/<scheduler>`` (mean per load, step = round(100 * load)).
+class ScalarWriter:
+    """An event file of TensorBoard scalars in ``log_dir``.
 
-    Written with the ``tensorboard`` package's event writer: ``tensorboardX`` and
+    Written with the ``tensorboard`` package's own event writer: ``tensorboardX`` and
     ``torch.utils.tensorboard`` would import torch.
     """
-    from tensorboard.compat.proto.event_pb2 import Event
-    from tensorboard.compat.proto.summary_pb2 import Summary
-    from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
-    writer = EventFileWriter(str(log_dir))
-    means = df.groupby(["scheduler", "load"], sort=False)[["completion_rate", *METRICS]].mean()
+    def __init__(self, log_dir: str | os.PathLike, filename_suffix: str = "") -> None:
+        from tensorboard.summary.writer.event_file_writer import EventFileWriter
+
+        self._writer = EventFileWriter(str(log_dir), filename_suffix=filename_suffix)
+
+    def add(self, step: int, scalars: Mapping[str, float]) -> None:
+        """One event at ``step`` holding every ``tag: value`` of ``scalars``."""
+        from tensorboard.compat.proto.event_pb2 import Event
+        from tensorboard.compat.proto.summary_pb2 import Summary
+
+        values = [Summary.Value(tag=tag, simple_value=float(v)) for tag, v in scalars.items()]
+        event = Event(wall_time=time.time(), step=step, summary=Summary(value=values))
+        self._writer.add_event(event)
+
+    def flush(self) -> None:
+        """Write the pending events to the file."""
+        self._writer.flush()
+
+    def close(self) -> None:
+        """Flush and close the file."""
+        self._writer.close()
+
+
+def write_tensorboard(df: pd.DataFrame, log_dir: str | os.PathLike) -> None:
+    """Scalars ``eval/<metric>/<scheduler>`` (mean per load, step = round(100 * load))."""
+    writer = ScalarWriter(log_dir)
+    metrics = ("completion_rate", *METRICS)
+    means = df.groupby(["scheduler", "load"], sort=False)[list(metrics)].mean()
     for (spec, load), row in means.iterrows():
         tag_spec = spec.replace("=", "_").replace(":", "_")
-        values = [
-            Summary.Value(tag=f"eval/{metric}/{tag_spec}", simple_value=float(row[metric]))
-            for metric in ("completion_rate", *METRICS)
-        ]
-        writer.add_event(Event(step=int(round(100 * load)), summary=Summary(value=values)))
+        writer.add(int(round(100 * load)), {f"eval/{m}/{tag_spec}": row[m] for m in metrics})
     writer.close()

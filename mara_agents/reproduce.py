@@ -62,9 +62,9 @@ def retrain(out: Path, recipe: Path = RECIPE, predictor: TrainConfig | None = No
     """
     from flow_predictor.train import SHIPPED_RECIPE
     from flow_predictor.train import train as train_predictor
+    from mara_agents.clone import pretrain
     from mara_agents.experiment import load_experiment
     from mara_agents.export import export_warm_start
-    from mara_agents.train import pretrain
 
     if not Path(recipe).is_file():
         raise ConfigError(

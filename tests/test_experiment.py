@@ -77,7 +77,7 @@ def test_missing_required_key_and_missing_file(tmp_path: Path) -> None:
 
 
 def test_rllib_overrides_reach_the_ppo_config(tmp_path: Path) -> None:
-    from mara_agents.train import build_config
+    from mara_agents.ppo import build_config
 
     path = tmp_path / "e.yaml"
     path.write_text(

@@ -109,7 +109,7 @@ def test_module_fits_the_env_with_and_without_predictor_features(
 
 def test_warm_start_weights_reach_the_module(tmp_path: Path) -> None:
     from mara_agents.experiment import parse_experiment
-    from mara_agents.train import build_config
+    from mara_agents.ppo import build_config
 
     source = make_module()
     with torch.no_grad():  # differ from make_module()'s seeded init
@@ -141,8 +141,8 @@ def test_warm_start_export_matches_the_network(tmp_path: Path) -> None:
 
 
 def test_pretrain_with_dagger_writes_stages_and_resumes(tmp_path: Path) -> None:
+    from mara_agents.clone import collect_demonstrations, pretrain
     from mara_agents.experiment import parse_experiment
-    from mara_agents.train import collect_demonstrations, pretrain
 
     exp = parse_experiment(
         {

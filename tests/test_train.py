@@ -30,22 +30,26 @@ def smoke_yaml(tmp_path: Path, **stop: int) -> Path:
     return path
 
 
-def scalar_tags(trial_dir: Path) -> set[str]:
+def scalars(trial_dir: Path, pattern: str = "events.out.tfevents.*") -> dict[str, list]:
+    """Every scalar tag of the trial's event files matching ``pattern``, with its events."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    tags: set[str] = set()
-    for f in trial_dir.glob("events.out.tfevents.*"):
+    found: dict[str, list] = {}
+    for f in trial_dir.glob(pattern):
         acc = EventAccumulator(str(f))
         acc.Reload()
-        tags |= set(acc.Tags()["scalars"])
-    return tags
+        for tag in acc.Tags()["scalars"]:
+            found.setdefault(tag, []).extend(acc.Scalars(tag))
+    return found
 
 
 def test_smoke_trains_logs_and_exports(tmp_path: Path) -> None:
     import ray
 
+    from mara_agents.curves import LEARNER_STATS
     from mara_agents.export import export_checkpoint
     from mara_agents.policy import load_policy
+    from mara_agents.ppo import EPISODE_METRICS
     from mara_agents.train import train
 
     exp = load_experiment(smoke_yaml(tmp_path))
@@ -56,16 +60,26 @@ def test_smoke_trains_logs_and_exports(tmp_path: Path) -> None:
     result = grid[0]
     assert result.error is None
     assert result.metrics["training_iteration"] == 1
-    tags = scalar_tags(Path(result.path))
-    assert "ray/tune/env_runners/mara/completion_rate" in tags
-    assert "ray/tune/env_runners/mara/shaped_return" in tags
-    assert any(t.startswith("ray/tune/learners/shared/") for t in tags)  # RLlib's own
+    # Our one tag scheme, in our own event file, step = node decisions; Tune's stay.
+    found = scalars(Path(result.path), "events.out.tfevents.*.mara")
+    assert all(tag.startswith("mara/") for tag in found)
+    assert {
+        "mara/node_decisions",
+        "mara/node_decisions_per_s",
+        "mara/shaped_return",
+        *(f"mara/{m}" for m in EPISODE_METRICS),
+        *(f"mara/learner/{s}" for s in LEARNER_STATS),
+    } <= set(found)
+    (event,) = found["mara/learner/policy_loss"]
+    assert event.step == result.metrics["mara"]["node_decisions"] == 200
+    assert event.value == pytest.approx(result.metrics["learners"]["shared"]["policy_loss"])
+    assert any(t.startswith("ray/tune/learners/") for t in scalars(Path(result.path)))
     policy = load_policy(export_checkpoint(result.checkpoint.path, tmp_path / "p.pt"))
     assert policy.meta["env"]["num_nodes"] == exp.env.num_nodes
     # learning_curves.csv holds the simulator metrics that Tune's progress.csv lacks
     import pandas as pd
 
-    from mara_agents.train import write_learning_curves_csv
+    from mara_agents.curves import write_learning_curves_csv
 
     curves = pd.read_csv(write_learning_curves_csv(result.path, tmp_path / "curves.csv"))
     assert list(curves["training_iteration"]) == [1]
@@ -81,9 +95,10 @@ def test_round_view_smoke_trains_logs_and_exports(tmp_path: Path) -> None:
     import pandas as pd
     import ray
 
+    from mara_agents.curves import write_learning_curves_csv
     from mara_agents.export import export_checkpoint
     from mara_agents.policy import load_policy
-    from mara_agents.train import train, write_learning_curves_csv
+    from mara_agents.train import train
 
     path = smoke_yaml(tmp_path)
     data = yaml.safe_load(path.read_text())
@@ -105,11 +120,11 @@ def test_round_view_smoke_trains_logs_and_exports(tmp_path: Path) -> None:
     # 50 rounds of 4 nodes each
     assert rows[-1]["mara"]["node_decisions"] == 50 * exp.env.num_nodes
     assert rows[-1]["mara"]["node_decisions_per_s"] > 0
-    tags = scalar_tags(trial)
     assert {
-        "ray/tune/mara/node_decisions_per_s",
-        "ray/tune/env_runners/mara/completion_rate",
-    } <= tags
+        "mara/node_decisions_per_s",
+        "mara/completion_rate",
+        "mara/learner/policy_loss",  # of the round view's single module
+    } <= set(scalars(trial, "events.out.tfevents.*.mara"))
     curves = pd.read_csv(write_learning_curves_csv(trial, tmp_path / "curves.csv"))
     assert curves["node_decisions"].iloc[-1] == 50 * exp.env.num_nodes
     policy = load_policy(export_checkpoint(result.checkpoint.path, tmp_path / "p.pt"))

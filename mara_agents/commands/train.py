@@ -50,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         exp = load_experiment(args.experiment)
         if args.pretrain_only:
-            from mara_agents.train import pretrain
+            from mara_agents.clone import pretrain
 
             if exp.pretrain.episodes <= 0:
                 raise ConfigError(
@@ -64,7 +64,8 @@ def run(args: argparse.Namespace) -> int:
                 "--out P.pt"
             )
             return 0
-        from mara_agents.train import plot_learning_curves, train, write_learning_curves_csv
+        from mara_agents.curves import plot_learning_curves, write_learning_curves_csv
+        from mara_agents.train import train
 
         grid = train(
             exp,

@@ -1,0 +1,175 @@
+"""The PPO configuration of an experiment: RLlib's new API stack, one shared module.
+
+* :func:`build_config` turns an experiment into a ``PPOConfig`` (one shared module for all
+  nodes, centralized critic, gamma = 1, the experiment's overrides last), with
+  :data:`TRAINING_DEFAULTS` and :data:`ENV_RUNNER_DEFAULTS` below them.
+* ``view: node`` trains on the AEC env (one RLlib step per node decision, module
+  :class:`MaraRLModule` shared by all nodes through :func:`policy_mapping_fn`);
+  ``view: round`` on :class:`~mara_env.round_env.RoundEnv` (one step per decision round,
+  module :class:`MaraRoundModule`, which decodes the N nodes autoregressively);
+  :func:`decisions_per_step` converts RLlib steps into node decisions.
+* :class:`MaraMetrics` (the RLlib callback) adds the simulator's :data:`EPISODE_METRICS`
+  to the training result (``env_runners/mara/``), and node decisions (``mara/``);
+  :mod:`mara_agents.curves` writes them to TensorBoard and the learning curves.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import torch
+from ray.rllib.algorithms.ppo import PPOConfig
+from ray.rllib.callbacks.callbacks import RLlibCallback
+from ray.rllib.core.rl_module.multi_rl_module import MultiRLModuleSpec
+from ray.rllib.core.rl_module.rl_module import RLModuleSpec
+
+from mara_agents.experiment import Experiment
+from mara_agents.rl_module import SHARED_MODULE_ID, MaraRLModule, MaraRoundModule
+from mara_agents.rllib_env import ROUND_ENV_ID, register
+
+# Episode metrics (from the simulator) logged per episode, averaged per iteration.
+EPISODE_METRICS = (
+    "completion_rate",
+    "completed",
+    "expired",
+    "tasks",
+    "utilisation",
+    "reassignments",
+    "wasted_node_ticks",
+)
+TRAINING_DEFAULTS: dict[str, Any] = {
+    "gamma": 1.0,
+    "lambda_": 0.95,
+    "lr": 3e-4,
+    "train_batch_size_per_learner": 8000,
+    "minibatch_size": 1000,
+    "num_epochs": 4,
+    "entropy_coeff": 0.01,
+    "vf_loss_coeff": 0.5,
+    "vf_clip_param": 1000.0,
+    "clip_param": 0.2,
+    "grad_clip": 1.0,
+}
+ENV_RUNNER_DEFAULTS: dict[str, Any] = {"num_env_runners": 1, "num_envs_per_env_runner": 4}
+
+
+def policy_mapping_fn(agent_id: str, episode: Any = None, **kwargs: Any) -> str:
+    """Every node uses the shared module (parameter sharing)."""
+    return SHARED_MODULE_ID
+
+
+def decisions_per_step(config: Any) -> int:
+    """Node decisions per RLlib env step: N for the round view, 1 for the node view."""
+    return int(config.env_config["cluster"]["num_nodes"]) if config.env == ROUND_ENV_ID else 1
+
+
+class MaraMetrics(RLlibCallback):
+    """Log the simulator's episode metrics (``infos["episode"]``) under ``mara/``, and
+    node decisions (lifetime, and per second of wall time in each iteration) under
+    ``mara/`` of the training result."""
+
+    def on_environment_created(self, *, env_runner: Any = None, **kwargs: Any) -> None:
+        # Env runners infer one step at a time: intra-op threads only add contention
+        # (on a busy 2-core machine a tiny layer_norm took 10 ms with 2 threads).
+        torch.set_num_threads(1)
+
+    def on_algorithm_init(self, *, algorithm: Any, **kwargs: Any) -> None:
+        self._clock = time.perf_counter()
+
+    def on_train_result(self, *, algorithm: Any, result: dict, **kwargs: Any) -> None:
+        now = time.perf_counter()
+        elapsed, self._clock = now - getattr(self, "_clock", now), now
+        per_step = decisions_per_step(algorithm.config)
+        runners = result.get("env_runners", {})
+        steps = float(runners.get("num_env_steps_sampled", 0.0))
+        lifetime = float(runners.get("num_env_steps_sampled_lifetime", 0.0))
+        result["mara"] = {
+            "node_decisions": lifetime * per_step,
+            "node_decisions_per_s": steps * per_step / elapsed if elapsed > 0 else float("nan"),
+        }
+
+    def on_episode_end(
+        self,
+        *,
+        episode: Any,
+        prev_episode_chunks: list[Any] | None = None,
+        metrics_logger: Any = None,
+        **kwargs: Any,
+    ) -> None:
+        if metrics_logger is None:
+            return
+        chunks = [*(prev_episode_chunks or []), episode]
+        # The episode may have been sampled in several chunks; the team return is the
+        # round view's return, or one node's, summed over all of them.
+        if hasattr(episode, "agent_episodes"):
+            last = {aid: sa.get_infos()[-1:] for aid, sa in episode.agent_episodes.items()}
+            final = [(aid, i[0]["episode"]) for aid, i in last.items() if i and "episode" in i[0]]
+            if not final:
+                return
+            agent, info = final[0]
+            team_return = sum(
+                chunk.agent_episodes[agent].get_return()
+                for chunk in chunks
+                if agent in chunk.agent_episodes
+            )
+        else:
+            last = episode.get_infos()[-1:]
+            if not last or "episode" not in last[0]:
+                return
+            info = last[0]["episode"]
+            team_return = sum(chunk.get_return() for chunk in chunks)
+        for key in EPISODE_METRICS:
+            metrics_logger.log_value(("mara", key), float(info[key]), reduce="mean", window=50)
+        # With gamma = 1 the shaped return telescopes to the completions; a gap means a
+        # truncated episode (Phi set to 0 early) or a shaping bug.
+        metrics_logger.log_value(("mara", "shaped_return"), float(team_return), window=50)
+        metrics_logger.log_value(
+            ("mara", "shaped_minus_completed"), float(team_return) - info["completed"], window=50
+        )
+
+
+def build_config(
+    exp: Experiment, num_env_runners: int | None = None, init_weights: str | None = None
+) -> PPOConfig:
+    """The PPO config of an experiment (overrides from ``exp.rllib`` applied last).
+
+    ``init_weights``: a ``MaraNet`` state dict (the warm start) every module loads at setup.
+    """
+    model = dict(exp.model)
+    if init_weights:
+        model["init_weights"] = str(init_weights)
+    runners = {**ENV_RUNNER_DEFAULTS, **exp.rllib.get("env_runners", {})}
+    if num_env_runners is not None:
+        runners["num_env_runners"] = num_env_runners
+    node_env = register()
+    config = (
+        PPOConfig()
+        .environment(
+            ROUND_ENV_ID if exp.view == "round" else node_env,
+            env_config=exp.env_config(),
+            disable_env_checking=True,
+        )
+        .framework("torch")
+        .env_runners(**runners)
+        .training(**{**TRAINING_DEFAULTS, **exp.rllib.get("training", {})})
+        .callbacks(MaraMetrics)
+        .debugging(seed=exp.seed)
+    )
+    if exp.view == "round":
+        config.rl_module(
+            rl_module_spec=RLModuleSpec(module_class=MaraRoundModule, model_config=model)
+        )
+    else:
+        config.multi_agent(policies={SHARED_MODULE_ID}, policy_mapping_fn=policy_mapping_fn)
+        config.rl_module(
+            rl_module_spec=MultiRLModuleSpec(
+                rl_module_specs={
+                    SHARED_MODULE_ID: RLModuleSpec(module_class=MaraRLModule, model_config=model)
+                }
+            )
+        )
+    for method, kwargs in exp.rllib.items():
+        if method not in ("env_runners", "training"):
+            getattr(config, method)(**kwargs)
+    return config
