@@ -42,13 +42,27 @@ def _module_dir(checkpoint: Path) -> Path:
     )
 
 
+# Where names that runs pickled have moved since (mara_agents.train was split by job).
+MOVED = {
+    ("mara_agents.train", "MaraMetrics"): "mara_agents.ppo",
+    ("mara_agents.train", "policy_mapping_fn"): "mara_agents.ppo",
+}
+
+
+class _Unpickler(pickle.Unpickler):
+    """Reads params.pkl of runs made before a name moved (:data:`MOVED`)."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        return super().find_class(MOVED.get((module, name), module), name)
+
+
 def _env_of(checkpoint: Path) -> dict[str, Any]:
     """The env_config the run used (from the trial's params.pkl next to the checkpoint)."""
     params = checkpoint.parent / "params.pkl"
     if not params.is_file():
         return {}
     with params.open("rb") as f:
-        config = pickle.load(f)
+        config = _Unpickler(f).load()
     env_config = config.get("env_config", {}) if isinstance(config, dict) else config.env_config
     return dict(env_config or {})
 

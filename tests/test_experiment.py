@@ -26,14 +26,17 @@ def test_shipped_experiments_load() -> None:
 
 def test_ablations_differ_from_the_method_in_one_thing() -> None:
     exp = {p.stem: load_experiment(p) for p in EXPERIMENTS}
-    assert exp["mara"].wrapper == "flow" and exp["mara_no_flow"].wrapper == "wls"
-    assert exp["mara_no_shaping"].env.shaping == 0.0 and exp["mara"].env.shaping > 0
-    assert exp["mara_independent"].model["independent"] and not exp["mara"].model["independent"]
-    # The teacher sees what the policy sees: flow_share with the ablation's predictor.
-    assert exp["mara"].pretrain.scheduler == "flow_share"
-    assert exp["mara_no_flow"].pretrain.scheduler == "flow_share:predictor=wls"
-    for name in ("mara_no_shaping", "mara_independent"):
-        assert exp[name].pretrain == exp["mara"].pretrain
+    scratch = exp["mara_scratch"]
+    assert scratch.wrapper == "flow" and exp["mara_no_flow"].wrapper == "wls"
+    assert exp["mara_no_shaping"].env.shaping == 0.0 and scratch.env.shaping > 0
+    assert exp["mara_independent"].model["independent"] and not scratch.model["independent"]
+    # PPO from scratch, round view, on the same budget
+    for name in ("mara_no_shaping", "mara_independent", "mara_no_flow"):
+        assert exp[name].pretrain == scratch.pretrain and scratch.pretrain.episodes == 0
+        assert exp[name].view == "round" and exp[name].stop == {"time_total_s": 480}
+    # the method: behaviour cloning of flow_share, then PPO round by round
+    assert exp["mara"].pretrain.scheduler == "flow_share" and exp["mara"].pretrain.episodes > 0
+    assert exp["mara"].view == "round" and exp["mara_node"].view == "node"
 
 
 @pytest.mark.parametrize(
@@ -118,39 +121,61 @@ def load(name: str) -> Experiment:
     return load_experiment(Path(__file__).parents[1] / "experiments" / f"{name}.yaml")
 
 
-def test_ablation_files_hold_only_their_difference_from_mara() -> None:
-    """Each file with ``base: mara.yaml`` is mara.yaml with exactly the changes it lists."""
+def test_ablation_files_hold_only_their_difference_from_their_base() -> None:
+    """Each derived file is its base with exactly the changes it lists."""
     import dataclasses
 
     from mara_agents.experiment import PretrainConfig
 
-    mara = load("mara")
+    mara, scratch = load("mara"), load("mara_scratch")
 
-    def changed(**kw: object) -> object:
-        return dataclasses.replace(mara, **kw, path=None)
+    def changed(base: object, **kw: object) -> object:
+        return dataclasses.replace(base, **kw, path=None)
 
-    assert dataclasses.replace(load("mara_no_shaping"), path=None) == changed(
-        name="mara_no_shaping", env=mara.env.replace(shaping=0.0)
+    def same(name: str) -> object:
+        return dataclasses.replace(load(name), path=None)
+
+    assert same("mara_scratch") == changed(
+        mara,
+        name="mara_scratch",
+        model={**mara.model, "stay_bias": 4.0},
+        pretrain=dataclasses.replace(mara.pretrain, episodes=0),
+        rllib={
+            **mara.rllib,
+            "training": {
+                **mara.rllib["training"],
+                "lr": 3e-4,
+                "entropy_coeff": 0.001,
+                "clip_param": 0.2,
+            },
+        },
     )
-    assert dataclasses.replace(load("mara_independent"), path=None) == changed(
-        name="mara_independent", model={**mara.model, "independent": True}
+    budget = {"time_total_s": 480}
+    assert same("mara_no_shaping") == changed(
+        scratch, name="mara_no_shaping", env=scratch.env.replace(shaping=0.0), stop=budget
     )
-    assert dataclasses.replace(load("mara_no_flow"), path=None) == changed(
-        name="mara_no_flow",
-        wrapper="wls",
-        wrapper_options={},
-        pretrain=dataclasses.replace(mara.pretrain, scheduler="flow_share:predictor=wls"),
+    assert same("mara_independent") == changed(
+        scratch,
+        name="mara_independent",
+        model={**scratch.model, "independent": True},
+        stop=budget,
     )
-    training = {**mara.rllib["training"], "lr": 1e-5, "entropy_coeff": 0.0, "clip_param": 0.1}
-    assert dataclasses.replace(load("mara_finetune"), path=None) == changed(
-        name="mara_finetune",
-        pretrain=PretrainConfig(init_weights="runs/mara_pretrain_bc.pt"),
-        stop={"time_total_s": 1200},
-        rllib={**mara.rllib, "training": training},
+    assert same("mara_no_flow") == changed(
+        scratch, name="mara_no_flow", wrapper="wls", wrapper_options={}, stop=budget
     )
-    for name in ("mara_no_shaping", "mara_independent", "mara_no_flow", "mara_finetune"):
+    assert same("mara_finetune") == changed(
+        mara, name="mara_finetune", pretrain=PretrainConfig(init_weights="runs/mara_pretrain.pt")
+    )
+    for name, base in [
+        ("mara_no_shaping", "mara_scratch"),
+        ("mara_independent", "mara_scratch"),
+        ("mara_no_flow", "mara_scratch"),
+        ("mara_finetune", "mara"),
+        ("mara_scratch", "mara"),
+        ("mara_node", "mara"),
+    ]:
         text = (Path(__file__).parents[1] / "experiments" / f"{name}.yaml").read_text()
-        assert "base: mara.yaml" in text and len(text.splitlines()) < 30
+        assert f"base: {base}.yaml" in text and len(text.splitlines()) < 30
 
 
 def write(path: Path, text: str) -> Path:

@@ -101,7 +101,7 @@ BAD_FILES = {
     ),
     "wrong shapes": (
         _edit("state_dict", _weights(lambda k, v: v[:-1] if k == "slot_enc.0.weight" else v)),
-        r"weights do not fit .*slot_enc\.0\.weight: shape \(15, 13\).*expected 3\d tensors",
+        r"weights do not fit .*slot_enc\.0\.weight: shape \(15, 10\).*expected 4\d tensors",
     ),
     "missing weights": (
         _edit("state_dict", lambda data: dict(list(data["state_dict"].items())[1:])),
@@ -109,7 +109,7 @@ BAD_FILES = {
     ),
     "NaN weights": (
         _edit("state_dict", _weights(lambda k, v: v * np.nan if k == "idle_out.bias" else v)),
-        r"weights \['idle\.2\.bias'\] hold NaN or inf; expected finite numbers",
+        r"weights \['idle_out\.bias'\] hold NaN or inf; expected finite numbers",
     ),
     "unknown model key": (
         _edit("model", lambda data: {**data["model"], "width": 3}),

@@ -182,3 +182,20 @@ def test_pretrain_with_dagger_writes_stages_and_resumes(tmp_path: Path) -> None:
     assert driven["action"].shape == driven["return"].shape
     assert set(np.unique(driven["action"])) <= set(range(4))
     assert len(teacher["action"]) == len(driven["action"])  # same episode length (all rounds)
+
+
+def test_export_reads_params_of_runs_made_before_train_py_was_split(tmp_path: Path) -> None:
+    """A run's params.pkl names the callback and mapping function where they lived then
+    (``mara_agents.train``); export still reads its env config."""
+    import pickle
+
+    from mara_agents.export import _env_of
+    from mara_agents.ppo import MaraMetrics, policy_mapping_fn
+
+    params = {"callbacks": MaraMetrics, "map": policy_mapping_fn, "env_config": {"wrapper": "wls"}}
+    old = pickle.dumps(params, protocol=0).replace(b"cmara_agents.ppo\n", b"cmara_agents.train\n")
+    assert b"mara_agents.ppo" not in old
+    with pytest.raises(AttributeError):
+        pickle.loads(old)
+    (tmp_path / "params.pkl").write_bytes(old)
+    assert _env_of(tmp_path / "checkpoint_000001") == {"wrapper": "wls"}
