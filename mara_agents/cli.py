@@ -31,6 +31,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "mara_agents.commands.export",
         "export a training checkpoint to a torch-only policy file",
     ),
+    "curves": ("mara_agents.commands.curves", "plot several training runs' learning curves"),
 }
 
 # command -> the extra it needs beyond the bare install, checked before it runs (``traces
@@ -40,6 +41,7 @@ NEEDS: dict[str, str] = {
     "predictor": "predictor",
     "train": "rllib",
     "export": "rllib",
+    "curves": "rllib",
 }
 
 

@@ -139,3 +139,65 @@ def plot_learning_curves(trial_dir: str | Path, png: str | Path) -> Path:
     fig.savefig(png, dpi=120)
     plt.close(fig)
     return Path(png)
+
+
+def compare_runs(
+    runs: list[tuple[str, Path]],
+    png: str | Path,
+    csv: str | Path | None = None,
+    references: dict[str, float] | None = None,
+    smooth: int = 5,
+) -> Path:
+    """Completion rate of the training episodes of several runs on one plot.
+
+    ``runs``: ``(label, trial directory)`` pairs.  Left: against wall-clock minutes of
+    training; right: against node decisions sampled.  Each curve is a centred running mean
+    over ``smooth`` iterations (of RLlib's per-iteration mean; iterations in which no
+    episode ended are skipped); ``references`` draws horizontal lines (e.g. heuristics'
+    completion rate on the same split and load).  ``csv``: the unsmoothed points, long
+    form (``run``, ``training_iteration``, ``time_total_s``, ``node_decisions``,
+    ``completion_rate``).
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import pandas as pd
+
+    frames = []
+    for label, trial in runs:
+        rows = _result_rows(trial)
+        frames.append(
+            pd.DataFrame(
+                {
+                    "run": label,
+                    "training_iteration": [r.get("training_iteration") for r in rows],
+                    "time_total_s": [r.get("time_total_s") for r in rows],
+                    "node_decisions": [_nested(r, "mara/node_decisions") for r in rows],
+                    "completion_rate": [_nested(r, CURVES[0][0]) for r in rows],
+                }
+            )
+        )
+    data = pd.concat(frames, ignore_index=True)
+    if csv is not None:
+        data.to_csv(csv, index=False)
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
+    for label, part in data.groupby("run", sort=False):
+        part = part[np.isfinite(part["completion_rate"])]
+        y = part["completion_rate"].rolling(smooth, center=True, min_periods=1).mean()
+        axes[0].plot(part["time_total_s"] / 60, y, label=label)
+        axes[1].plot(part["node_decisions"] / 1e6, y, label=label)
+    for name, value in (references or {}).items():
+        for ax in axes:
+            ax.axhline(value, ls="--", lw=0.8, color="gray")
+        axes[1].annotate(name, (axes[1].get_xlim()[1], value), fontsize=8, va="center")
+    axes[0].set_xlabel("training time (minutes)")
+    axes[1].set_xlabel("node decisions sampled (millions)")
+    axes[0].set_ylabel(f"completion rate, train episodes ({smooth}-iteration mean)")
+    axes[0].legend(fontsize=8)
+    for ax in axes:
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(png, dpi=120)
+    plt.close(fig)
+    return Path(png)
