@@ -46,14 +46,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def _trial(arg: str) -> tuple[str, Path]:
     label, sep, path = arg.partition("=")
     trial = Path(path if sep else arg)
-    label = label if sep else trial.parent.name
     if trial.is_dir() and not (trial / "result.json").is_file():
         found = sorted(trial.glob("*/result.json"))  # runs/<name>: its single trial
         if len(found) == 1:
             trial = found[0].parent
     if not (trial / "result.json").is_file():
         raise ValueError(f"{arg}: no result.json in {trial} (expected a trial directory)")
-    return label, trial
+    return (label if sep else trial.parent.name), trial  # default: the run's name
 
 
 def run(args: argparse.Namespace) -> int:
