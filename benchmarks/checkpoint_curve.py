@@ -1,0 +1,160 @@
+"""A validation learning curve: a run's saved checkpoints, each evaluated greedily on val.
+
+How to run::
+
+    python benchmarks/checkpoint_curve.py runs/mara_scratch/PPO_xxx [--every 2]
+        [--episodes 8] [--loads 1.0] [--split val] [--baselines uniform,edf,random]
+        [--out runs/scratch_val_curve]
+
+Training logs the completion rate of its own (sampled, train-split) episodes; this
+exports every ``--every``-th checkpoint of a trial (``checkpoint_*`` directories, in
+order; keep them with ``checkpoint.keep``), evaluates each with the harness on the same
+``--episodes`` episodes per load (common random numbers) together with the baselines, and
+writes ``OUT/curve.csv`` (one row per checkpoint x load: training iteration, training
+time, node decisions, mean completion rate and its 95 % interval) and ``OUT/curve.png``.
+The training time of a checkpoint is read from the trial's ``result.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pickle
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from mara_agents.export import export_checkpoint
+from mara_agents.runner import evaluate
+from mara_agents.stats import mean_ci
+from mara_env.config import ClusterConfig
+
+
+def checkpoints(trial: Path, every: int) -> list[Path]:
+    found = sorted(trial.glob("checkpoint_*"))
+    if not found:
+        raise SystemExit(f"error: {trial}: no checkpoint_* directories")
+    picked = found[::every]
+    return picked if picked[-1] == found[-1] else [*picked, found[-1]]
+
+
+def iteration_of(checkpoint: Path) -> int:
+    """The training iteration a checkpoint was saved at (from its algorithm state)."""
+    with (checkpoint / "algorithm_state.pkl").open("rb") as f:
+        return int(pickle.load(f)["training_iteration"])
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("trial", type=Path, help="trial directory (runs/<name>/PPO_...)")
+    p.add_argument("--every", type=int, default=1, help="evaluate every n-th checkpoint")
+    p.add_argument("--episodes", type=int, default=8, help="episodes per load")
+    p.add_argument("--loads", default="1.0", help="comma-separated loads")
+    p.add_argument("--split", default="val", help="trace split of the evaluation episodes")
+    p.add_argument("--baselines", default="uniform,edf,random", help="schedulers to add")
+    p.add_argument("--workers", type=int, default=2, help="evaluation processes")
+    p.add_argument("--out", type=Path, default=None, help="output directory (default: TRIAL)")
+    args = p.parse_args()
+    if args.every < 1 or args.episodes < 1:
+        p.error("--every and --episodes: expected integers >= 1")
+    loads = [float(x) for x in args.loads.split(",")]
+    out = args.out or args.trial
+    out.mkdir(parents=True, exist_ok=True)
+    results = [json.loads(x) for x in (args.trial / "result.json").read_text().splitlines()]
+    by_iter = {r["training_iteration"]: r for r in results}
+    picked = checkpoints(args.trial, args.every)
+    num_slots = None
+    with tempfile.TemporaryDirectory() as tmp:
+        specs = []
+        for ck in picked:
+            path = Path(tmp) / f"{ck.name}.pt"
+            export_checkpoint(ck, path)
+            specs.append(f"mara={path}")
+            if num_slots is None:
+                from mara_agents.policy import load_policy
+
+                policy = load_policy(path)
+                num_slots = policy.net.layout.num_slots
+                env = policy.meta.get("env", {})
+        base = [s for s in args.baselines.split(",") if s]
+        config = ClusterConfig(
+            num_nodes=env.get("num_nodes", 16),
+            num_slots=num_slots,
+            horizon=env.get("horizon", 120),
+            split=args.split,
+        )
+        df = evaluate(
+            [*specs, *base],
+            loads,
+            args.episodes,
+            config=config,
+            workers=args.workers,
+            progress=True,
+        )
+    rows = []
+    for spec, ck in zip(specs, picked):
+        it = iteration_of(ck)
+        r = by_iter.get(it, {})
+        for load in loads:
+            v = df[(df["scheduler"] == spec) & (df["load"] == load)]["completion_rate"]
+            m, h = mean_ci(v.to_numpy())
+            rows.append(
+                {
+                    "checkpoint": ck.name,
+                    "training_iteration": it,
+                    "time_total_s": r.get("time_total_s", np.nan),
+                    "node_decisions": r.get("mara", {}).get("node_decisions", np.nan),
+                    "load": load,
+                    "completion_rate": m,
+                    "ci95": h,
+                }
+            )
+    curve = pd.DataFrame(rows)
+    curve.to_csv(out / "curve.csv", index=False)
+    refs = {}
+    for name in base:
+        for load in loads:
+            v = df[(df["scheduler"] == name) & (df["load"] == load)]["completion_rate"]
+            refs[(name, load)] = mean_ci(v.to_numpy())
+    pd.DataFrame(
+        [
+            {"scheduler": n, "load": ld, "completion_rate": m, "ci95": h}
+            for (n, ld), (m, h) in refs.items()
+        ]
+    ).to_csv(out / "baselines.csv", index=False)
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for load in loads:
+        c = curve[curve["load"] == load]
+        ax.errorbar(
+            c["time_total_s"] / 60,
+            c["completion_rate"],
+            c["ci95"],
+            marker="o",
+            capsize=3,
+            label=f"policy, load {load:g}",
+        )
+        for name in base:
+            m, _ = refs[(name, load)]
+            ax.axhline(m, ls="--", lw=0.8, color="gray")
+            ax.annotate(f"{name} {load:g}", (0, m), fontsize=8, va="bottom")
+    ax.set_xlabel("training time (minutes)")
+    ax.set_ylabel(f"completion rate ({args.split}, greedy, {args.episodes} episodes)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out / "curve.png", dpi=120)
+    print(curve.to_string(index=False))
+    for (name, load), (m, h) in refs.items():
+        print(f"{name} load {load:g}: {m:.3f} ± {h:.3f}")
+    print(f"wrote {out / 'curve.csv'}, {out / 'curve.png'}, {out / 'baselines.csv'}")
+
+
+if __name__ == "__main__":
+    main()
