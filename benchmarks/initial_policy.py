@@ -5,8 +5,8 @@ How to run::
     python benchmarks/initial_policy.py [--episodes 8] [--biases 0,2,4,6] [--split val]
 
 Each row: a freshly initialised :class:`~mara_agents.rl_module.MaraRoundModule` (seed 0,
-``experiments/mara_round.yaml``'s model, no predictor features) sampling its actions, on
-the same episodes (16 nodes, 16 slots, load 1.0), decoded round by round for all episodes
+``experiments/mara_scratch.yaml``'s model, no predictor features) sampling its actions, on
+the same episodes (16 nodes, the YAML's slots, load 1.0), decoded round by round for all episodes
 at once.  ``stay`` is the fraction of decisions of nodes that had a visible task in which
 the node stayed on it.  Results to expect: see docs/training.md ("Round-level training").
 """
@@ -26,7 +26,7 @@ from mara_env.round_env import RoundEnv
 
 
 def run(biases: list[float], episodes: int, split: str, load: float, seed: int = 0) -> None:
-    exp = load_experiment("experiments/mara_round.yaml")
+    exp = load_experiment("experiments/mara_scratch.yaml")
     cluster = {**exp.env_config()["cluster"], "split": split, "load": load}
     envs = [RoundEnv(**cluster) for _ in range(episodes)]
     for bias in biases:

@@ -4,15 +4,16 @@ How to run::
 
     python benchmarks/rllib_throughput.py [--seconds 120] [--wrapper none|flow|wls]
 
-Trains ``experiments/mara.yaml`` (node view: one RLlib step per node decision, through
-RLlib's ``PettingZooEnv``) and ``experiments/mara_round.yaml`` (round view: one step per
-decision round of all 16 nodes) through :func:`mara_agents.train.train` — what
-``mara train`` runs: env runner sampling plus PPO updates — for ``--seconds`` of training
-time each, from scratch (no behaviour cloning, no checkpoints), 16 nodes, 16 slots,
-load 1.0, with the chosen wrapper.  The figure is node decisions per second of training
-time divided by the agent-steps/s of the bare AEC env driven by uniformly random valid
-actions, same config, timed before and after the trainings (their mean).  The timers
-RLlib reports for the last iteration say where the time goes.
+Trains ``experiments/mara_node.yaml`` (node view: one RLlib step per node decision,
+through RLlib's ``PettingZooEnv``) and ``experiments/mara.yaml`` (round view: one step per
+decision round of all 16 nodes; its env runners and PPO settings) through
+:func:`mara_agents.train.train` — what ``mara train`` runs: env runner sampling plus PPO
+updates — for ``--seconds`` of training time each, without behaviour cloning or
+checkpoints, 16 nodes, 32 slots, load 1.0, with the chosen wrapper.  The figure is
+node decisions per second of training time divided by the agent-steps/s of the bare AEC
+env driven by uniformly random valid actions, same config, timed before and after the
+trainings (their mean).  The timers RLlib reports for the last iteration say where the
+time goes.
 
 The last line printed is ``training/bare-env ratio: R`` for the round view.
 Results to expect: see docs/training.md ("Round-level training").
@@ -115,8 +116,8 @@ def main() -> None:
         p.error("--seconds and --env-seconds: expected positive numbers")
     import ray
 
-    node = experiment("mara.yaml", args.wrapper, args.seconds)
-    rounds = experiment("mara_round.yaml", args.wrapper, args.seconds)
+    node = experiment("mara_node.yaml", args.wrapper, args.seconds)
+    rounds = experiment("mara.yaml", args.wrapper, args.seconds)
     n = node.env.num_nodes
     print(
         f"config: {n} nodes, {node.env.num_slots} slots, load {node.env.load}, "

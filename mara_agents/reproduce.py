@@ -22,6 +22,7 @@ from mara_env.traces import load_traces
 
 if TYPE_CHECKING:
     from flow_predictor.train import TrainConfig
+    from mara_agents.experiment import Experiment
 
 DEFAULT_SPECS = (
     "mara",
@@ -53,19 +54,23 @@ def _done(start: float) -> None:
 def retrain(out: Path, recipe: Path = RECIPE, predictor: TrainConfig | None = None) -> Path:
     """Retrain the shipped policy's recipe and the predictor under ``out/retrained``.
 
-    The shipped policy is the behaviour-cloning stage of ``recipe`` (``docs/training.md``):
-    this clones (and runs the DAgger rounds the YAML asks for) as ``mara train
-    --pretrain-only --resume`` does, exports the BC stage and returns the policy file.  It
-    observes through the shipped flow checkpoint, as the shipped policy does; the retrained
-    predictor (``predictor``'s settings, default the shipped recipe ``SHIPPED_RECIPE``; written to
+    The shipped policy is ``recipe`` run to the end (``docs/training.md``): behaviour
+    cloning (and the DAgger rounds the YAML asks for), resumable as ``mara train
+    --pretrain-only --resume``, then PPO from the clone for the YAML's ``stop`` budget; the
+    final checkpoint is exported and its policy file returned (an existing export is
+    reused).  PPO stops on wall-clock time with two sampling processes, so a rerun lands
+    near, not on, the shipped weights.  The policy observes through the shipped flow
+    checkpoint, as the shipped policy does; the retrained predictor (``predictor``'s
+    settings, default the shipped recipe ``SHIPPED_RECIPE``; written to
     ``out/retrained/flow.pt``) is made for comparison.  Both resume finished stages.
     """
     from flow_predictor.train import SHIPPED_RECIPE
     from flow_predictor.train import train as train_predictor
     from mara_agents.clone import pretrain
-    from mara_agents.experiment import load_experiment
-    from mara_agents.export import export_warm_start
+    from mara_agents.experiment import RECORD, check_unchanged, load_experiment
+    from mara_agents.extras import require
 
+    require("rllib")
     if not Path(recipe).is_file():
         raise ConfigError(
             f"recipe {str(recipe)!r} not found: reproduce --full needs a source checkout "
@@ -75,16 +80,37 @@ def retrain(out: Path, recipe: Path = RECIPE, predictor: TrainConfig | None = No
     if exp.pretrain.episodes <= 0:
         raise ConfigError(f"{recipe}: expected pretrain.episodes > 0 (the shipped recipe)")
     root = Path(out).absolute() / "retrained"
+    policy = root / f"{exp.name}.pt"
     print(f"   policy: behaviour cloning of {exp.pretrain.scheduler} ({recipe})", flush=True)
-    pretrain(exp, root / "train" / f"{exp.name}_pretrain.pt", resume=True)
-    policy = export_warm_start(
-        root / "train" / f"{exp.name}_pretrain_bc.pt", exp, root / f"{exp.name}.pt"
+    clone = pretrain(exp, root / "train" / f"{exp.name}_pretrain.pt", resume=True)
+    ppo = dataclasses.replace(
+        exp,
+        pretrain=dataclasses.replace(exp.pretrain, episodes=0, init_weights=str(clone)),
+        checkpoint=dataclasses.replace(exp.checkpoint, at_end=True),
     )
+    record = root / "train" / exp.name / RECORD
+    if policy.is_file() and record.is_file():
+        check_unchanged(ppo, record)  # the recipe's PPO settings are those of the export
+        print(f"   policy: reusing {policy}", flush=True)
+    else:
+        print(f"   policy: PPO from the clone, stop {exp.stop}", flush=True)
+        _ppo_from_clone(ppo, root / "train", policy)
     cfg = dataclasses.replace(predictor or SHIPPED_RECIPE, out=str(root / "flow.pt"))
     print(f"   predictor: flow matching on the {cfg.split} split -> {cfg.out}", flush=True)
     # resume only what exists: the predictor's resume needs its .last.pt
     train_predictor(cfg, resume=(root / "flow.last.pt").is_file())
     return policy
+
+
+def _ppo_from_clone(ppo: Experiment, out: Path, policy: Path) -> None:
+    """Run the recipe's PPO stage (from the clone's weights); export its last checkpoint."""
+    from mara_agents.export import export_checkpoint
+    from mara_agents.train import train
+
+    result = train(ppo, out=out, verbose=0)[0]
+    if result.error or result.checkpoint is None:
+        raise RuntimeError(f"PPO stage of {ppo.name} failed: {result.error}")
+    export_checkpoint(result.checkpoint.path, policy)
 
 
 def evaluate_predictors(out: Path, samples: int = 64) -> pd.DataFrame:

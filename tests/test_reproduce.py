@@ -49,7 +49,8 @@ def test_no_default_output_is_inside_the_package() -> None:
 
 
 def test_retrain_calls_the_library_from_any_directory(tmp_path, monkeypatch) -> None:
-    """The recipe is cloned, exported and the predictor trained, all under ``out``."""
+    """The recipe is cloned, trained with PPO from the clone and exported, and the predictor
+    trained, all under ``out``; a rerun reuses both and a changed recipe is refused."""
     from flow_predictor.train import TrainConfig
     from mara_agents.policy import load_policy
     from mara_agents.reproduce import retrain
@@ -63,6 +64,11 @@ def test_retrain_calls_the_library_from_any_directory(tmp_path, monkeypatch) -> 
                 "env": {k: v for k, v in SMALL.items() if v is not None},
                 "model": {"hidden": 16, "heads": 2, "critic_hidden": 16},
                 "pretrain": {"scheduler": "uniform", "episodes": 1, "epochs": 1},
+                "stop": {"training_iteration": 1},
+                "rllib": {
+                    "env_runners": {"num_env_runners": 0, "num_envs_per_env_runner": 1},
+                    "training": {"train_batch_size_per_learner": 64, "minibatch_size": 32},
+                },
             }
         )
     )
@@ -78,6 +84,7 @@ def test_retrain_calls_the_library_from_any_directory(tmp_path, monkeypatch) -> 
     assert load_policy(policy).meta["env"]["num_nodes"] == SMALL["num_nodes"]
     assert (out / "retrained" / "flow.pt").is_file()
     assert (out / "retrained" / "train" / "tiny_pretrain_bc.pt").is_file()
+    assert "checkpoint_" in load_policy(policy).meta["source"]  # the PPO stage's export
     assert not any(elsewhere.iterdir())  # nothing written relative to the cwd
     assert retrain(out, recipe=recipe, predictor=predictor) == policy  # resumes
     recipe.write_text(recipe.read_text().replace("epochs: 1", "epochs: 2"))
