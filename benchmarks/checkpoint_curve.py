@@ -27,6 +27,7 @@ import numpy as np
 import pandas as pd
 
 from mara_agents.export import export_checkpoint
+from mara_agents.policy import load_policy
 from mara_agents.runner import evaluate
 from mara_agents.stats import mean_ci
 from mara_env.config import ClusterConfig
@@ -65,19 +66,12 @@ def main() -> None:
     results = [json.loads(x) for x in (args.trial / "result.json").read_text().splitlines()]
     by_iter = {r["training_iteration"]: r for r in results}
     picked = checkpoints(args.trial, args.every)
-    num_slots = None
     with tempfile.TemporaryDirectory() as tmp:
-        specs = []
-        for ck in picked:
-            path = Path(tmp) / f"{ck.name}.pt"
-            export_checkpoint(ck, path)
-            specs.append(f"mara={path}")
-            if num_slots is None:
-                from mara_agents.policy import load_policy
-
-                policy = load_policy(path)
-                num_slots = policy.net.layout.num_slots
-                env = policy.meta.get("env", {})
+        paths = [export_checkpoint(ck, Path(tmp) / f"{ck.name}.pt") for ck in picked]
+        specs = [f"mara={path}" for path in paths]
+        # every checkpoint of a run has the first one's cluster and slots
+        policy = load_policy(paths[0])
+        num_slots, env = policy.net.layout.num_slots, policy.meta.get("env", {})
         base = [s for s in args.baselines.split(",") if s]
         config = ClusterConfig(
             num_nodes=env.get("num_nodes", 16),

@@ -178,12 +178,19 @@ class MaraNet(nn.Module):
         )
         return node, slots
 
-    def encode(self, slots: torch.Tensor, width: int | None = None) -> RoundEncoding:
+    def encode(self, slots: torch.Tensor, mask: torch.Tensor | None = None) -> RoundEncoding:
         """The round part of the actor from slot rows ``(B, K, S)``; their per-node
-        columns (:data:`PER_NODE_FEATURES`) are not read.  Only the first ``width`` slots
-        are encoded (default all; see :meth:`width`)."""
-        slots = slots[:, :width]
+        columns (:data:`PER_NODE_FEATURES`) are not read.  With the round's ``mask``
+        (``(..., K + 1)``) only the leading slots in use are encoded: one past the last
+        slot that is occupied or valid anywhere in the batch.  The env fills slots from
+        the first, so the rest are empty and masked (their logits are masked anyway, and
+        attention gives empty slots zero weight)."""
         occupied = slots[..., self.layout.occupied_index] > 0.5
+        if mask is not None:
+            used = (occupied | (mask[..., :-1] > 0)).reshape(-1, occupied.shape[-1])
+            last = used.any(0).nonzero()
+            width = int(last[-1]) + 1 if len(last) else 1
+            slots, occupied = slots[:, :width], occupied[:, :width]
         h = self.slot_enc(slots.index_select(-1, self.shared_cols))
         k = slots.shape[1]
         key_bias = torch.where(occupied, 0.0, -1e4)[:, None, :].expand(-1, k, -1)
@@ -192,15 +199,6 @@ class MaraNet(nn.Module):
         occ = occupied.to(h.dtype)[..., None]
         pooled = (occ * h).sum(-2) / (occ.sum(-2) + 1e-6)
         return RoundEncoding(h, self.score_slot(h), self.idle_pooled(pooled))
-
-    def width(self, slots: torch.Tensor, mask: torch.Tensor) -> int:
-        """How many leading slots a batch uses: one past the last slot that is occupied
-        or valid anywhere in it.  The env fills slots from the first, so the rest are
-        empty and masked; the network skips them (their logits are masked anyway, and
-        attention gives empty slots zero weight)."""
-        used = (slots[..., self.layout.occupied_index] > 0.5) | (mask[..., :-1] > 0)
-        used = used.reshape(-1, used.shape[-1]).any(0).nonzero()
-        return int(used[-1]) + 1 if len(used) else 1
 
     def encode_nodes(self, node: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Node rows ``(B, M, node_dim)`` as the scorer's and idle head's node terms."""
@@ -253,7 +251,7 @@ class MaraNet(nn.Module):
         """Masked logits ``(B, K + 1)`` (last = idle) for flat observations ``(B, D)``."""
         node, slots = self._split(obs)
         per_node = slots.index_select(-1, self.per_node_cols)
-        enc = self.encode(slots, self.width(slots, mask))
+        enc = self.encode(slots, mask)
         return self.head(enc, self.encode_nodes(node[:, None]), per_node[:, None], mask[:, None])[
             :, 0
         ]

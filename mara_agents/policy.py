@@ -301,6 +301,7 @@ class MaraAgent:
         # the harness builds this agent's env with the slot count the policy was trained on
         self.num_slots = self.policy.net.layout.num_slots
         self._rounds: Any = None
+        self._index: dict[str, int] = {}
         self._actions: list[int] = []
 
     def reset(self, env: Any, seed: int) -> None:
@@ -311,11 +312,12 @@ class MaraAgent:
         # A fresh view per episode: the wrapper caches predictions per task.
         view = wrap(env, self.policy.wrapper, self.policy.meta.get("wrapper_options"))
         self._rounds = RoundEnv(view)
+        self._index = {a: i for i, a in enumerate(self._rounds.engine.agents)}
         self._actions = []
 
     def act(self, env: Any, agent: str) -> int:
         """The action of ``agent`` (the env's current agent)."""
-        i = self._rounds.engine.agents.index(agent)
+        i = self._index[agent]
         if i == 0:
             obs = self._rounds.observe()
             self._actions = self.policy.act_round(obs, greedy=self.greedy).tolist()

@@ -44,20 +44,19 @@ def inverse_caps(obs: Obs) -> torch.Tensor:
 
 def per_node_features(
     obs: Obs,
-    nodes: slice | list[int],
+    mine: torch.Tensor,
     chosen: torch.Tensor,
     pending: torch.Tensor,
-    k: int,
     inv: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The per-node slot features ``(B, M, K, 3)`` (``nodes_chosen``, ``nodes_pending``,
-    ``is_mine``) and masks ``(B, M, K + 1)`` of ``nodes``, given per node the slot counts
-    ``(B, M, K)`` of earlier nodes' choices (``chosen``) and of nodes still to choose
-    that served each slot in the last tick (``pending``); ``inv``: :func:`inverse_caps`."""
+    ``is_mine``) and masks ``(B, M, K + 1)`` of ``M`` nodes, given per node the one-hot of
+    the slot it served (``mine``, rows of :func:`served`) and the slot counts ``(B, M, K)``
+    of earlier nodes' choices (``chosen``) and of nodes still to choose that served each
+    slot in the last tick (``pending``); ``inv``: :func:`inverse_caps`."""
     cap = obs["slot_cap"]
     # As the engine: count * (1 / cap) in float64, then float32.
     inv = inverse_caps(obs) if inv is None else inv
-    mine = _slot_onehot(obs["node_slot"][:, nodes].long(), k)
     feats = torch.stack([(chosen * inv).float(), (pending * inv).float(), mine.float()], -1)
     mask = obs["action_mask"][:, None].expand(-1, feats.shape[1], -1)
     full = (chosen < cap[:, None, :]).to(mask.dtype)
@@ -72,7 +71,7 @@ def round_features(obs: Obs, actions: torch.Tensor, k: int) -> tuple[torch.Tenso
     one_hot, start = served(obs, k)
     chosen = taken.cumsum(1) - taken  # choices of earlier nodes
     pending = start[:, None] - (one_hot.cumsum(1) - one_hot)
-    return per_node_features(obs, slice(None), chosen, pending, k)
+    return per_node_features(obs, one_hot, chosen, pending)
 
 
 def flat_views(obs: Obs, per_node: torch.Tensor, layout: ObsLayout) -> torch.Tensor:
@@ -92,7 +91,7 @@ def decode(
     node after node, each given the earlier nodes' actions."""
     k = net.layout.num_slots
     n = obs["nodes"].shape[1]
-    enc = net.encode(obs["slots"], net.width(obs["slots"], obs["action_mask"]))
+    enc = net.encode(obs["slots"], obs["action_mask"])
     node_terms = net.encode_nodes(obs["nodes"])
     one_hot, pending = served(obs, k)
     chosen = torch.zeros_like(pending)
@@ -102,7 +101,8 @@ def decode(
         gumbel = -torch.log(-torch.log(u.clamp(min=1e-20)))
     actions, logits = [], []
     for i in range(n):
-        feats, mask = per_node_features(obs, [i], chosen[:, None], pending[:, None], k, inv)
+        mine = one_hot[:, i : i + 1]
+        feats, mask = per_node_features(obs, mine, chosen[:, None], pending[:, None], inv)
         terms = (node_terms[0][:, i : i + 1], node_terms[1][:, i : i + 1])
         logit = net.head(enc, terms, feats, mask)[:, 0]
         a = logit.argmax(-1) if greedy else (logit + gumbel[:, i]).argmax(-1)
@@ -119,14 +119,14 @@ def teacher_forced_logits(net: MaraNet, obs: Obs, actions: torch.Tensor) -> torc
     """Every node's logits ``(B, N, K + 1)`` given the round's ``actions`` ``(B, N)``, in
     one call of the head (node ``i`` sees the actions of nodes ``< i``)."""
     feats, mask = round_features(obs, actions, net.layout.num_slots)
-    enc = net.encode(obs["slots"], net.width(obs["slots"], obs["action_mask"]))
+    enc = net.encode(obs["slots"], obs["action_mask"])
     return net.head(enc, net.encode_nodes(obs["nodes"]), feats, mask)
 
 
 def round_value(net: MaraNet, obs: Obs) -> torch.Tensor:
     """The critic's value ``(B,)`` of each round: the global state before anyone chose."""
-    k = net.layout.num_slots
-    _, pending = served(obs, k)
-    feats, _ = per_node_features(obs, [0], torch.zeros_like(pending)[:, None], pending[:, None], k)
+    one_hot, pending = served(obs, net.layout.num_slots)
+    zero = torch.zeros_like(pending)[:, None]
+    feats, _ = per_node_features(obs, one_hot[:, :1], zero, pending[:, None])
     flat = flat_views(obs, feats, net.layout)[:, 0]
     return net.value(torch.cat([flat, obs["queue"]], -1))
