@@ -16,6 +16,8 @@ they may come from a base file)::
     stop: {...}               # training_iteration | time_total_s | env_steps
     rllib: {method: {key: value}}  # overrides passed to PPOConfig.<method>(**kwargs)
     checkpoint: {...}         # CheckpointConfig keys
+    train_loads: [1.0, 2.0]   # round view: training episodes take turns over these loads
+                              # (default: env.load alone); cloning and evaluation use env.load
 
 With ``base``, the file's mappings are merged key by key into the base's (chains of bases
 work); any other value, ``null`` included, replaces the base's (``null``: the default).
@@ -110,16 +112,21 @@ class Experiment:
     stop: dict[str, float] = field(default_factory=lambda: {"training_iteration": 100})
     rllib: dict[str, dict[str, Any]] = field(default_factory=dict)
     checkpoint: CheckpointConfig = CheckpointConfig()
+    # Loads the training episodes cycle through (round view only; empty: ``env.load``).
+    train_loads: tuple[float, ...] = ()
     path: str | None = None
 
     def env_config(self) -> dict[str, Any]:
         """The ``env_config`` handed to :func:`mara_agents.rllib_env.env_creator`."""
         cluster = {f.name: getattr(self.env, f.name) for f in dataclasses.fields(ClusterConfig)}
-        return {
+        config = {
             "cluster": cluster,
             "wrapper": self.wrapper,
             "wrapper_options": self.wrapper_options,
         }
+        if self.train_loads:
+            config["loads"] = list(self.train_loads)
+        return config
 
     def tune_stop(self) -> dict[str, float]:
         """Stop criteria under Tune's result names."""
@@ -301,6 +308,11 @@ TOP_LEVEL: dict[str, Rule] = {
     "stop": Rule(lambda v: v is None or (isinstance(v, dict) and bool(v)), "a non-empty mapping"),
     "rllib": MAPPING | NULL,
     "checkpoint": MAPPING | NULL,
+    "train_loads": Rule(
+        lambda v: v is None
+        or (isinstance(v, list) and bool(v) and all(_is_number(x) and 0 < x <= 100 for x in v)),
+        "a non-empty list of loads in (0, 100]",
+    ),
 }
 
 
@@ -455,18 +467,26 @@ def parse_experiment(data: Any, where: str = "experiment") -> Experiment:
         env = ClusterConfig.from_dict(data["env"], where=f"{where}: env")
     except ConfigError as e:
         raise ConfigError(f"{where}: env: {e}") from None
+    view = data.get("view", "node")
+    train_loads = tuple(float(x) for x in data.get("train_loads") or ())
+    if train_loads and view != "round":
+        raise ConfigError(
+            f"{where}: train_loads={list(train_loads)} with view={view!r}: "
+            "expected view 'round' (the node view trains at env.load)"
+        )
     return Experiment(
         name=data["name"],
         env=env,
         seed=data.get("seed", 0),
         wrapper=wrapper,
         wrapper_options=dict(wrapper_options),
-        view=data.get("view", "node"),
+        view=view,
         model=dataclasses.asdict(model),
         pretrain=pretrain,
         stop=dict(data.get("stop") or {"training_iteration": 100}),
         rllib={m: dict(kw) for m, kw in (data.get("rllib") or {}).items()},
         checkpoint=_section(CheckpointConfig, data.get("checkpoint"), f"{where}: checkpoint"),
+        train_loads=train_loads,
     )
 
 
@@ -572,6 +592,8 @@ def check_out(out: str | Path) -> Path:
 def experiment_record(exp: Experiment) -> dict[str, Any]:
     """The experiment as plain YAML data (no file path): what a run records and compares."""
     data = {k: v for k, v in dataclasses.asdict(exp).items() if k != "path"}
+    if not data["train_loads"]:  # runs recorded before the key existed compare equal
+        del data["train_loads"]
     return yaml.safe_load(yaml.safe_dump(_plain(data)))
 
 

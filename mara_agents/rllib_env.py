@@ -7,13 +7,17 @@ predictor observation wrapper, :func:`flow_predictor.wrapper.wrap`) to RLlib:
   ``MultiAgentEnv`` through :class:`ray.rllib.env.wrappers.pettingzoo_env.PettingZooEnv`
   (one RLlib step per node decision);
 * :data:`ROUND_ENV_ID`: :class:`mara_env.round_env.RoundEnv` over that same (wrapped) AEC
-  env, a single-agent env whose step is one decision round of all nodes.
+  env, a single-agent env whose step is one decision round of all nodes.  With
+  ``env_config["loads"]`` (an experiment's ``train_loads``) it is a :class:`MixedLoadRoundEnv`
+  whose episodes cycle through those loads.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import gymnasium
+import numpy as np
 from pettingzoo import AECEnv
 from ray.rllib.env.wrappers.pettingzoo_env import PettingZooEnv
 from ray.tune.registry import register_env
@@ -41,9 +45,55 @@ def env_creator(env_config: dict[str, Any]) -> PettingZooEnv:
     return PettingZooEnv(make_wrapped_env(dict(env_config)))
 
 
-def round_env_creator(env_config: dict[str, Any]) -> RoundEnv:
-    """RLlib env creator: one decision round of all nodes per step, over the same env."""
-    return RoundEnv(make_wrapped_env(dict(env_config)))
+class MixedLoadRoundEnv(gymnasium.Env):
+    """Round envs that differ only in their load; each episode runs on the next in turn.
+
+    The envs share spaces, so a policy trains on a mix of loads without knowing which.
+    Episode ``e`` after a seeded reset runs on load ``loads[e % len(loads)]``; a seeded
+    reset seeds every load's env (from :class:`numpy.random.SeedSequence` children of the
+    seed), so the same seed gives the same sequence of episodes.
+    """
+
+    def __init__(self, envs: list[RoundEnv]) -> None:
+        if not envs:
+            raise ValueError("MixedLoadRoundEnv: expected at least one env")
+        self.envs = envs
+        self.observation_space = envs[0].observation_space
+        self.action_space = envs[0].action_space
+        self.loads = [e.engine.config.load for e in envs]
+        self._next = 0
+        self.current = envs[0]
+
+    def reset(
+        self, *, seed: int | None = None, options: dict | None = None
+    ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+        super().reset(seed=seed)
+        if seed is None:
+            self.current = self.envs[self._next]
+            self._next = (self._next + 1) % len(self.envs)
+            return self.current.reset(options=options)
+        children = np.random.SeedSequence(seed).generate_state(len(self.envs))
+        for env, child in zip(self.envs, children):  # each continues from here on its turn
+            env.reset(seed=int(child), options=options)
+        self.current, self._next = self.envs[0], 1 % len(self.envs)
+        return self.current.observe(), {}
+
+    def step(self, action: Any) -> tuple[dict[str, np.ndarray], float, bool, bool, dict[str, Any]]:
+        return self.current.step(action)
+
+
+def round_env_creator(env_config: dict[str, Any]) -> RoundEnv | MixedLoadRoundEnv:
+    """RLlib env creator: one decision round of all nodes per step, over the same env
+    (with ``env_config["loads"]``: one such env per load, episodes taking turns)."""
+    config = dict(env_config)
+    loads = config.pop("loads", None)
+    if not loads:
+        return RoundEnv(make_wrapped_env(config))
+    envs = []
+    for load in loads:
+        cluster = {**config.get("cluster", {}), "load": float(load)}
+        envs.append(RoundEnv(make_wrapped_env({**config, "cluster": cluster})))
+    return MixedLoadRoundEnv(envs)
 
 
 def register() -> str:

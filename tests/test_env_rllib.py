@@ -34,3 +34,30 @@ def test_rllib_wrapper_episode_returns_completions_for_every_agent():
             break
     done = int(wrapped.env.unwrapped.engine.sim.metrics()["completed"])
     assert all(abs(r - done) < 1e-9 for r in returns.values())
+
+
+def test_mixed_load_round_env_cycles_loads_and_repeats_with_its_seed():
+    from mara_agents.rllib_env import MixedLoadRoundEnv, round_env_creator
+
+    config = {"cluster": dict(SMALL), "wrapper": "none", "loads": [0.5, 2.0]}
+
+    def run(seed: int) -> tuple[list[float], list[np.ndarray]]:
+        e = round_env_creator(config)
+        assert isinstance(e, MixedLoadRoundEnv) and e.loads == [0.5, 2.0]
+        loads, firsts = [], []
+        for episode in range(4):
+            obs, _ = e.reset(seed=seed if episode == 0 else None)
+            loads.append(e.current.engine.config.load)
+            firsts.append(obs["slots"].copy())
+            done = False
+            while not done:
+                obs, _, term, trunc, _ = e.step(np.full(SMALL["num_nodes"], SMALL["num_slots"]))
+                done = term or trunc
+        return loads, firsts
+
+    loads, a = run(3)
+    assert loads == [0.5, 2.0, 0.5, 2.0]
+    _, b = run(3)
+    assert all(np.array_equal(x, y) for x, y in zip(a, b))
+    plain = round_env_creator({"cluster": dict(SMALL), "wrapper": "none"})
+    assert plain.engine.config.load == 1.0

@@ -257,6 +257,10 @@ def test_base_errors_name_the_file_and_key(tmp_path: Path) -> None:
         ({"name": "a\\b"}, ["run name"]),
         ({"name": ""}, ["name=''"]),
         ({"name": 7}, ["name=7"]),
+        ({"view": "round", "train_loads": []}, ["train_loads=[]", "non-empty list"]),
+        ({"view": "round", "train_loads": [1.0, 0]}, ["train_loads=[1.0, 0]", "(0, 100]"]),
+        ({"view": "round", "train_loads": 1.5}, ["train_loads=1.5"]),
+        ({"train_loads": [1.0, 2.0]}, ["train_loads=[1.0, 2.0]", "view 'round'"]),
     ],
 )
 def test_every_value_is_checked(change: dict, words: list[str]) -> None:
@@ -312,3 +316,13 @@ def test_resume_refuses_a_changed_experiment(tmp_path: Path) -> None:
     check_unchanged(dataclasses.replace(exp, stop={"training_iteration": 5}), record)
     with pytest.raises(ConfigError, match="env.load: 1.0 -> 1.5"):
         check_unchanged(dataclasses.replace(exp, env=exp.env.replace(load=1.5)), record)
+
+
+def test_train_loads_reach_the_env_config_and_only_then_the_record() -> None:
+    from mara_agents.experiment import experiment_record
+
+    plain = parse_experiment({**MINIMAL, "view": "round"})
+    assert "loads" not in plain.env_config() and "train_loads" not in experiment_record(plain)
+    mixed = parse_experiment({**MINIMAL, "view": "round", "train_loads": [1, 1.5]})
+    assert mixed.env_config()["loads"] == [1.0, 1.5]
+    assert experiment_record(mixed)["train_loads"] == [1.0, 1.5]

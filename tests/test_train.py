@@ -89,7 +89,8 @@ def test_smoke_trains_logs_and_exports(tmp_path: Path) -> None:
 
 
 def test_round_view_smoke_trains_logs_and_exports(tmp_path: Path) -> None:
-    """``view: round``: one RLlib step per decision round; node decisions are logged."""
+    """``view: round``: one RLlib step per decision round; node decisions are logged;
+    ``train_loads`` trains on episodes that take turns over several loads."""
     import json
 
     import pandas as pd
@@ -104,6 +105,7 @@ def test_round_view_smoke_trains_logs_and_exports(tmp_path: Path) -> None:
     data = yaml.safe_load(path.read_text())
     data["view"] = "round"
     data["model"]["stay_bias"] = 3.0
+    data["train_loads"] = [1.0, 2.0]
     data["rllib"]["env_runners"]["rollout_fragment_length"] = 50
     data["rllib"]["training"].update(train_batch_size_per_learner=50, minibatch_size=25)
     path.write_text(yaml.safe_dump(data))
