@@ -309,8 +309,10 @@ TOP_LEVEL: dict[str, Rule] = {
     "rllib": MAPPING | NULL,
     "checkpoint": MAPPING | NULL,
     "train_loads": Rule(
-        lambda v: v is None
-        or (isinstance(v, list) and bool(v) and all(_is_number(x) and 0 < x <= 100 for x in v)),
+        lambda v: (
+            v is None
+            or (isinstance(v, list) and bool(v) and all(_is_number(x) and 0 < x <= 100 for x in v))
+        ),
         "a non-empty list of loads in (0, 100]",
     ),
 }
