@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import importlib.util
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -189,7 +190,9 @@ class FlowShare(Scheduler):
     ``predictor``: ``"flow"`` (the shipped checkpoint, 32 samples, as in the predictor
     wrapper), ``"wls"``, or ``"oracle"``: each task's true remaining work once it has as
     many reports as the flow model needs (a reference for how much better predictions
-    could gain: same exploration, same rule).
+    could gain: same exploration, same rule).  ``checkpoint``: with ``predictor="flow"``,
+    a flow checkpoint of your own instead of the shipped one
+    (``flow_share:checkpoint=runs/predictor/flow.pt``).
     """
 
     name = "flow_share"
@@ -201,6 +204,7 @@ class FlowShare(Scheduler):
         predictor: str = "flow",
         refresh: float | None = None,
         drop: float | None = None,
+        checkpoint: str | None = None,
     ) -> None:
         given = {"quantile": quantile, "slack": slack, "refresh": refresh, "drop": drop}
         self.params = FlowShareParams(**{k: v for k, v in given.items() if v is not None})
@@ -214,7 +218,17 @@ class FlowShare(Scheduler):
             if importlib.util.find_spec(module) is None:
                 msg = f"flow_share: predictor='flow' needs {module}"
                 raise ModuleNotFoundError(msg, name=module)
+        if checkpoint is not None:
+            if predictor != "flow":
+                raise ValueError(
+                    f"flow_share: checkpoint={checkpoint!r} with predictor={predictor!r}; "
+                    "expected predictor 'flow' (a checkpoint is a flow model)"
+                )
+            from flow_predictor.checkpoint import read_checkpoint
+
+            read_checkpoint(Path(checkpoint))  # a missing or foreign file fails here, by name
         self.predictor = predictor
+        self.checkpoint = checkpoint
         self._predictions: PredictionCache | TrueRemaining | None = None
 
     def _make_predictions(self) -> PredictionCache | TrueRemaining:
@@ -223,7 +237,8 @@ class FlowShare(Scheduler):
         if self.predictor == "flow":
             from flow_predictor.checkpoint import load_predictor
 
-            return PredictionCache(load_predictor(n_samples=32), self.params.refresh)
+            flow = load_predictor(self.checkpoint, n_samples=32)
+            return PredictionCache(flow, self.params.refresh)
         from flow_predictor.wls import WLSPredictor
 
         return PredictionCache(WLSPredictor(), self.params.refresh)

@@ -221,3 +221,22 @@ def test_flow_share_serves_hopeless_tasks_last_only_when_overloaded(episode_setu
     # The others need little: no overload, so no triage either.
     want, share = counts(np.full(32, 1e-3))
     assert want[~hopeless].sum() < cfg.num_nodes and share[0] >= 1
+
+
+def test_flow_share_plans_with_a_flow_checkpoint_of_your_own(tmp_path) -> None:
+    from flow_predictor.checkpoint import SHIPPED_CHECKPOINT, CheckpointError
+
+    traces = power_law_traces()
+    cfg = ClusterConfig(num_nodes=8, num_slots=4, horizon=30, load=1.5)
+    copy = tmp_path / "mine.pt"
+    copy.write_bytes(SHIPPED_CHECKPOINT.read_bytes())
+    default = run_episode(make_scheduler("flow_share"), cfg, traces, 1)
+    mine = run_episode(make_scheduler(f"flow_share:checkpoint={copy}"), cfg, traces, 1)
+    assert mine == default  # the same model from another file plans the same episode
+    with pytest.raises(CheckpointError, match="nothing.pt"):
+        FlowShare(checkpoint=str(tmp_path / "nothing.pt"))
+    (tmp_path / "junk.pt").write_text("not a checkpoint")
+    with pytest.raises(CheckpointError, match="junk.pt"):
+        FlowShare(checkpoint=str(tmp_path / "junk.pt"))
+    with pytest.raises(ValueError, match="checkpoint=.*predictor='wls'"):
+        FlowShare(predictor="wls", checkpoint=str(copy))
