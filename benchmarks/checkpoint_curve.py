@@ -47,6 +47,54 @@ def iteration_of(checkpoint: Path) -> int:
         return int(pickle.load(f)["training_iteration"])
 
 
+def plot_curve(curve: pd.DataFrame, refs: dict, path: Path, what: str) -> None:
+    """The policy's completion rate per checkpoint against training time, one line per
+    load, with each baseline (``refs[(name, load)] = (mean, ci)``) as a labelled level."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for load in sorted(curve["load"].unique()):
+        c = curve[curve["load"] == load]
+        ax.errorbar(
+            c["time_total_s"] / 60,
+            c["completion_rate"],
+            c["ci95"],
+            marker="o",
+            capsize=3,
+            label=f"policy, load {load:g}",
+        )
+    for (name, load), (m, _) in refs.items():
+        ax.axhline(m, ls="--", lw=0.8, color="gray")
+        ax.annotate(
+            f"{name} (load {load:g})",
+            (0.01, m),
+            xycoords=("axes fraction", "data"),
+            ha="left",
+            va="bottom",
+            fontsize=8,
+            color="dimgray",
+        )
+    ax.set_xlabel("training time (minutes)")
+    ax.set_ylabel(f"completion rate ({what})")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="lower center")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def replot(out: Path, what: str) -> None:
+    """Redraw ``OUT/curve.png`` from ``OUT/curve.csv`` and ``OUT/baselines.csv``."""
+    curve = pd.read_csv(out / "curve.csv")
+    base = pd.read_csv(out / "baselines.csv")
+    refs = {(r.scheduler, r.load): (r.completion_rate, r.ci95) for r in base.itertuples()}
+    plot_curve(curve, refs, out / "curve.png", what)
+    print(f"wrote {out / 'curve.png'}")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("trial", type=Path, help="trial directory (runs/<name>/PPO_...)")
@@ -57,7 +105,15 @@ def main() -> None:
     p.add_argument("--baselines", default="uniform,edf,random", help="schedulers to add")
     p.add_argument("--workers", type=int, default=2, help="evaluation processes")
     p.add_argument("--out", type=Path, default=None, help="output directory (default: TRIAL)")
+    p.add_argument(
+        "--replot",
+        action="store_true",
+        help="only redraw OUT/curve.png from the CSVs an earlier run wrote",
+    )
     args = p.parse_args()
+    if args.replot:
+        replot(args.out or args.trial, f"{args.split}, greedy, {args.episodes} episodes")
+        return
     if args.every < 1 or args.episodes < 1:
         p.error("--every and --episodes: expected integers >= 1")
     loads = [float(x) for x in args.loads.split(",")]
@@ -118,32 +174,7 @@ def main() -> None:
             for (n, ld), (m, h) in refs.items()
         ]
     ).to_csv(out / "baselines.csv", index=False)
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for load in loads:
-        c = curve[curve["load"] == load]
-        ax.errorbar(
-            c["time_total_s"] / 60,
-            c["completion_rate"],
-            c["ci95"],
-            marker="o",
-            capsize=3,
-            label=f"policy, load {load:g}",
-        )
-        for name in base:
-            m, _ = refs[(name, load)]
-            ax.axhline(m, ls="--", lw=0.8, color="gray")
-            ax.annotate(f"{name} {load:g}", (0, m), fontsize=8, va="bottom")
-    ax.set_xlabel("training time (minutes)")
-    ax.set_ylabel(f"completion rate ({args.split}, greedy, {args.episodes} episodes)")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(out / "curve.png", dpi=120)
+    plot_curve(curve, refs, out / "curve.png", f"{args.split}, greedy, {args.episodes} episodes")
     print(curve.to_string(index=False))
     for (name, load), (m, h) in refs.items():
         print(f"{name} load {load:g}: {m:.3f} ± {h:.3f}")
