@@ -23,7 +23,7 @@ from flow_predictor.model import FlowConfig, VelocityNet
 
 FORMAT = "mara-flow-predictor"
 VERSION = 1
-SHIPPED_CHECKPOINT = Path(__file__).parent / "checkpoints" / "flow_v2.pt"
+SHIPPED_CHECKPOINT = Path(__file__).parent / "checkpoints" / "flow_v3.pt"
 
 
 class CheckpointError(ValueError):

@@ -119,13 +119,14 @@ class Dataset:
     mask: np.ndarray
 
 
-# How the shipped checkpoint (flow_predictor/checkpoints/flow_v2.pt) was trained; chosen on
+# How the shipped checkpoint (flow_predictor/checkpoints/flow_v3.pt) was trained; chosen on
 # the val split (docs/predictor.md).  `mara reproduce --full` retrains with it.
 SHIPPED_RECIPE = TrainConfig(
     hidden=128,
     depth=3,
     epochs=40,
     lr=5e-4,
+    synthetic=1500,  # prior curves rehearsed while fine-tuning on the library
     prior_curves=3000,
     prior_epochs=10,
     prior_lr=2e-3,

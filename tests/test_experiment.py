@@ -138,6 +138,7 @@ def test_ablation_files_hold_only_their_difference_from_their_base() -> None:
     assert same("mara_scratch") == changed(
         mara,
         name="mara_scratch",
+        train_loads=(),
         model={**mara.model, "stay_bias": 4.0},
         pretrain=dataclasses.replace(mara.pretrain, episodes=0),
         rllib={
