@@ -17,14 +17,16 @@ from __future__ import annotations
 
 import importlib.util
 from dataclasses import asdict, dataclass
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from flow_predictor.remaining import MIN_REPORTS, PredictionCache, RemainingWork
 from mara_env.cluster import ClusterSim
 from mara_env.schedulers import Scheduler, edf_order, fair_share, ticks_needed, warm_nodes
+
+if TYPE_CHECKING:
+    from flow_predictor.flow import FlowPredictor
 
 PREDICTORS = ("flow", "wls", "oracle")
 
@@ -208,6 +210,7 @@ class FlowShare(Scheduler):
     ) -> None:
         given = {"quantile": quantile, "slack": slack, "refresh": refresh, "drop": drop}
         self.params = FlowShareParams(**{k: v for k, v in given.items() if v is not None})
+        self._flow: FlowPredictor | None = None  # a flow model of the user's own checkpoint
         if predictor not in PREDICTORS:
             raise ValueError(
                 f"flow_share: predictor={predictor!r}; expected 'flow', 'wls' or 'oracle'"
@@ -224,11 +227,11 @@ class FlowShare(Scheduler):
                     f"flow_share: checkpoint={checkpoint!r} with predictor={predictor!r}; "
                     "expected predictor 'flow' (a checkpoint is a flow model)"
                 )
-            from flow_predictor.checkpoint import read_checkpoint
+            from flow_predictor.checkpoint import load_predictor
 
-            read_checkpoint(Path(checkpoint))  # a missing or foreign file fails here, by name
+            # loaded once, here: a missing or foreign file fails at construction, by name
+            self._flow = load_predictor(checkpoint, n_samples=32)
         self.predictor = predictor
-        self.checkpoint = checkpoint
         self._predictions: PredictionCache | TrueRemaining | None = None
 
     def _make_predictions(self) -> PredictionCache | TrueRemaining:
@@ -237,7 +240,7 @@ class FlowShare(Scheduler):
         if self.predictor == "flow":
             from flow_predictor.checkpoint import load_predictor
 
-            flow = load_predictor(self.checkpoint, n_samples=32)
+            flow = self._flow or load_predictor(n_samples=32)
             return PredictionCache(flow, self.params.refresh)
         from flow_predictor.wls import WLSPredictor
 
