@@ -51,7 +51,17 @@ TRAINING_DEFAULTS: dict[str, Any] = {
     "clip_param": 0.2,
     "grad_clip": 1.0,
 }
-ENV_RUNNER_DEFAULTS: dict[str, Any] = {"num_env_runners": 1, "num_envs_per_env_runner": 4}
+ENV_RUNNER_DEFAULTS: dict[str, Any] = {
+    "num_env_runners": 1,
+    "num_envs_per_env_runner": 4,
+    # RLlib's 60 s is too short for big batches on a busy machine, and one timeout stalls
+    # training for good (the late sample calls queue up on the runners); see MaraMetrics.
+    "sample_timeout_s": 600.0,
+}
+
+
+class SamplingStalled(RuntimeError):
+    """An iteration got no samples from the env runners (their sample calls timed out)."""
 
 
 def policy_mapping_fn(agent_id: str, episode: Any = None, **kwargs: Any) -> str:
@@ -83,6 +93,16 @@ class MaraMetrics(RLlibCallback):
         per_step = decisions_per_step(algorithm.config)
         runners = result.get("env_runners", {})
         steps = float(runners.get("num_env_steps_sampled", 0.0))
+        if not steps > 0:  # 0 or nan: RLlib only logs a warning and trains on nothing
+            timeout = algorithm.config.sample_timeout_s
+            raise SamplingStalled(
+                f"iteration {result.get('training_iteration', '?')}: no samples from the env "
+                f"runners within sample_timeout_s={timeout} s; once a sample call times out "
+                "RLlib keeps training on nothing. Expected a batch within the timeout: raise "
+                "rllib.env_runners.sample_timeout_s, or lower "
+                "rllib.training.train_batch_size_per_learner or num_envs_per_env_runner, "
+                "or leave the cores to the run"
+            )
         lifetime = float(runners.get("num_env_steps_sampled_lifetime", 0.0))
         result["mara"] = {
             "node_decisions": lifetime * per_step,

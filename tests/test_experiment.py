@@ -98,6 +98,26 @@ def test_rllib_overrides_reach_the_ppo_config(tmp_path: Path) -> None:
     assert config.lr == 0.00123 and config.num_epochs == 2
     assert config.num_envs_per_env_runner == 3 and config.num_env_runners == 0
     assert config.gamma == 1.0 and config.lambda_ == 0.95
+    assert config.sample_timeout_s == 600.0  # RLlib's 60 s stalls big batches on 2 cores
+
+
+def test_an_iteration_without_samples_stops_training_with_a_clear_error() -> None:
+    """RLlib only warns when every sample call timed out, then trains on nothing for good."""
+    from types import SimpleNamespace
+
+    from mara_agents.ppo import MaraMetrics, SamplingStalled, build_config
+
+    config = build_config(parse_experiment({**MINIMAL, "view": "round"}), num_env_runners=0)
+    algorithm = SimpleNamespace(config=config)
+    metrics = MaraMetrics()
+    metrics.on_algorithm_init(algorithm=algorithm)
+    fine = {"training_iteration": 1, "env_runners": {"num_env_steps_sampled": 64.0}}
+    metrics.on_train_result(algorithm=algorithm, result=fine)
+    assert fine["mara"]["node_decisions_per_s"] > 0
+    for runners in ({}, {"num_env_steps_sampled": float("nan")}, {"num_env_steps_sampled": 0}):
+        stalled = {"training_iteration": 7, "env_runners": runners}
+        with pytest.raises(SamplingStalled, match=r"iteration 7.*sample_timeout_s=600.0"):
+            metrics.on_train_result(algorithm=algorithm, result=stalled)
 
 
 def test_init_weights_is_one_warm_start_and_must_exist(tmp_path: Path) -> None:

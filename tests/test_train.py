@@ -134,6 +134,26 @@ def test_round_view_smoke_trains_logs_and_exports(tmp_path: Path) -> None:
     assert policy.meta["env"]["num_nodes"] == exp.env.num_nodes
 
 
+def test_stalled_sampling_stops_the_run_with_an_error_naming_the_setting(tmp_path: Path) -> None:
+    """When every sample call times out RLlib only warns and trains on nothing; we stop."""
+    import ray
+
+    from mara_agents.train import train
+
+    path = smoke_yaml(tmp_path)
+    data = yaml.safe_load(path.read_text())
+    # one remote runner that cannot answer within a millisecond
+    data["rllib"]["env_runners"].update(num_env_runners=1, sample_timeout_s=0.001)
+    path.write_text(yaml.safe_dump(data))
+    try:
+        grid = train(load_experiment(path), out=tmp_path / "runs", verbose=0)
+    finally:
+        ray.shutdown()
+    error = str(grid[0].error)
+    assert "SamplingStalled" in error or "no samples" in error
+    assert "sample_timeout_s=0.001" in error and "rllib.env_runners.sample_timeout_s" in error
+
+
 def _iterations(trial_dir: Path) -> list[int]:
     import json
 
