@@ -140,6 +140,8 @@ def pretrain(exp: Experiment, out: Path, log: Any = None, resume: bool = False) 
     data so far.  With ``resume`` a finished stage's file is loaded instead of refitting
     (its demonstrations are collected again: they are deterministic given the seeds), once
     the experiment is found unchanged since those stages ran (``<out>.yaml`` records it).
+    Only ``dagger_rounds`` may change on resume: a round depends on the stages before it
+    alone, so more rounds continue from the last one saved.
     """
     log = log or functools.partial(print, flush=True)
     cfg = exp.pretrain
@@ -147,7 +149,7 @@ def pretrain(exp: Experiment, out: Path, log: Any = None, resume: bool = False) 
     check_inputs(exp)
     record = out.with_suffix(".yaml")
     if resume:
-        check_unchanged(exp, record)
+        check_unchanged(exp, record, free=("pretrain.dagger_rounds",))
     write_record(exp, record, sections=PRETRAIN_SECTIONS)
     t0 = time.time()
     data = collect_demonstrations(exp, cfg.episodes, seed=10_000 + exp.seed)

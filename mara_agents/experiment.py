@@ -630,12 +630,20 @@ def write_record(exp: Experiment, record: Path, sections: tuple[str, ...] | None
     )
 
 
-def check_unchanged(exp: Experiment, record: Path) -> None:
-    """Refuse to resume when ``exp`` differs from the experiment recorded at ``record``."""
+def check_unchanged(exp: Experiment, record: Path, free: tuple[str, ...] = ()) -> None:
+    """Refuse to resume when ``exp`` differs from the experiment recorded at ``record``.
+
+    ``free``: ``section.key`` names that may change between the run and its resumption.
+    """
     if not record.is_file():
         return  # a run started before runs recorded their experiment
     old = yaml.safe_load(record.read_text())
     new = {k: v for k, v in experiment_record(exp).items() if k in old}
+    for name in free:
+        section, key = name.split(".")
+        for data in (old, new):
+            if isinstance(data.get(section), dict):
+                data[section].pop(key, None)
     diff = differences(old, new)
     if diff:
         raise ConfigError(

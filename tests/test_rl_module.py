@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +16,7 @@ from mara_agents.export import export_checkpoint
 from mara_agents.network import MaraNet, ModelConfig, ObsLayout
 from mara_agents.policy import MaraAgent, load_policy
 from mara_agents.rl_module import MaraRLModule
+from mara_env.config import ConfigError
 from tests.test_network import NODE, SLOT, K, random_batch
 
 
@@ -173,6 +175,20 @@ def test_pretrain_with_dagger_writes_stages_and_resumes(tmp_path: Path) -> None:
     assert not any("epoch" in line for line in lines)
     after = torch.load(out, weights_only=True)
     assert all(torch.equal(before[k], after[k]) for k in before)
+    # More DAgger rounds on resume: the saved stages are reused, only the new round is fit;
+    # any other change is still refused.
+    more = dataclasses.replace(exp, pretrain=dataclasses.replace(exp.pretrain, dagger_rounds=2))
+    lines.clear()
+    pretrain(more, out, log=lines.append, resume=True)
+    assert [line for line in lines if line.startswith("pretrain: resumed")] == [
+        f"pretrain: resumed {tmp_path / 't_pretrain_bc.pt'}",
+        f"pretrain: resumed {tmp_path / 't_pretrain_dagger1.pt'}",
+    ]
+    assert any(line.startswith("dagger round 2:") for line in lines)
+    assert (tmp_path / "t_pretrain_dagger2.pt").is_file()
+    other = dataclasses.replace(exp, pretrain=dataclasses.replace(exp.pretrain, epochs=3))
+    with pytest.raises(ConfigError, match=r"pretrain\.epochs: 2 -> 3"):
+        pretrain(other, out, resume=True)
     # A DAgger episode is driven by the clone but labelled by the teacher.
     layout = ObsLayout.infer(8 + 3 * SLOT, 8 + 3 * SLOT + 4, 4)
     net = MaraNet(layout, ModelConfig(hidden=16, heads=2, critic_hidden=16))
