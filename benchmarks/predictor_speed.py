@@ -19,6 +19,7 @@ import torch
 
 from flow_predictor.checkpoint import load_predictor
 from flow_predictor.remaining import (
+    MIN_REPORTS,
     FittedPrefixes,
     RemainingWork,
     RemainingWorkPredictor,
@@ -73,7 +74,7 @@ class FreePredictor(RemainingWorkPredictor):
         self.ratios = np.geomspace(0.05, 20.0, n_samples)
 
     def fit(self, works, losses) -> _FreeFit:
-        fallback = np.array([len(w) < 3 for w in works], bool)
+        fallback = np.array([len(w) < MIN_REPORTS for w in works], bool)
         return _FreeFit(current_work(works), fallback, self.ratios)
 
 
