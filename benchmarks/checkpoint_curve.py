@@ -111,8 +111,9 @@ def main() -> None:
         help="only redraw OUT/curve.png from the CSVs an earlier run wrote",
     )
     args = p.parse_args()
+    what = f"{args.split}, greedy, {args.episodes} episodes"
     if args.replot:
-        replot(args.out or args.trial, f"{args.split}, greedy, {args.episodes} episodes")
+        replot(args.out or args.trial, what)
         return
     if args.every < 1 or args.episodes < 1:
         p.error("--every and --episodes: expected integers >= 1")
@@ -174,7 +175,7 @@ def main() -> None:
             for (n, ld), (m, h) in refs.items()
         ]
     ).to_csv(out / "baselines.csv", index=False)
-    plot_curve(curve, refs, out / "curve.png", f"{args.split}, greedy, {args.episodes} episodes")
+    plot_curve(curve, refs, out / "curve.png", what)
     print(curve.to_string(index=False))
     for (name, load), (m, h) in refs.items():
         print(f"{name} load {load:g}: {m:.3f} ± {h:.3f}")
