@@ -32,7 +32,17 @@ CURVES = (
 )
 
 # The learner's statistics (of the one policy module) written as ``mara/learner/<name>``.
-LEARNER_STATS = ("policy_loss", "vf_loss", "entropy", "mean_kl_loss", "vf_explained_var")
+LEARNER_STATS = (
+    "policy_loss",
+    "vf_loss",
+    "entropy",
+    "mean_kl_loss",
+    "vf_explained_var",
+    # advantage: group (mara_agents.group): steps without a group mate, return spreads
+    "group_fallback",
+    "return_std",
+    "return_std_in_group",
+)
 
 
 def tensorboard_scalars(result: dict[str, Any]) -> dict[str, float]:

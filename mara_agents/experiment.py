@@ -18,6 +18,7 @@ they may come from a base file)::
     checkpoint: {...}         # CheckpointConfig keys
     train_loads: [1.0, 2.0]   # round view: training episodes take turns over these loads
                               # (default: env.load alone); cloning and evaluation use env.load
+    advantage: {...}          # AdvantageConfig keys: PPO's advantage estimator (round view)
 
 With ``base``, the file's mappings are merged key by key into the base's (chains of bases
 work); any other value, ``null`` included, replaces the base's (``null``: the default).
@@ -88,6 +89,21 @@ class PretrainConfig:
     init_weights: str = ""
 
 
+# PPO's advantage estimators: RLlib's GAE with the critic, or the group-relative baseline of
+# episodes that share a workload (mara_agents.group).
+ESTIMATORS = ("gae", "group")
+
+
+@dataclass(frozen=True)
+class AdvantageConfig:
+    """How PPO estimates advantages: ``gae`` (RLlib's, with ``lambda_``) or ``group``
+    (round view: envs run in groups of ``group_size`` that share each workload, and an
+    episode's baseline is its group mates' return; see :mod:`mara_agents.group`)."""
+
+    estimator: str = "gae"
+    group_size: int = 8  # envs per group (group only); num_envs_per_env_runner must divide
+
+
 @dataclass(frozen=True)
 class CheckpointConfig:
     """How often Tune checkpoints (training iterations) and how many it keeps."""
@@ -114,6 +130,7 @@ class Experiment:
     checkpoint: CheckpointConfig = CheckpointConfig()
     # Loads the training episodes cycle through (round view only; empty: ``env.load``).
     train_loads: tuple[float, ...] = ()
+    advantage: AdvantageConfig = AdvantageConfig()
     path: str | None = None
 
     def env_config(self) -> dict[str, Any]:
@@ -126,6 +143,8 @@ class Experiment:
         }
         if self.train_loads:
             config["loads"] = list(self.train_loads)
+        if self.advantage.estimator == "group":
+            config["group_size"] = self.advantage.group_size
         return config
 
     def tune_stop(self) -> dict[str, float]:
@@ -252,6 +271,10 @@ PRETRAIN_BOUNDS = {
     "dagger_epochs": POSITIVE_INT,
 }
 CHECKPOINT_BOUNDS = {"frequency": COUNT, "keep": POSITIVE_INT}
+ADVANTAGE_BOUNDS = {
+    "estimator": Rule(lambda v: v in ESTIMATORS, f"one of {list(ESTIMATORS)}"),
+    "group_size": Rule(lambda v: _is_int(v) and v >= 2, "an integer >= 2"),
+}
 WRAPPER_BOUNDS = {"n_samples": POSITIVE_INT, "steps": POSITIVE_INT, "spread": POSITIVE}
 # The PPOConfig overrides whose valid range we know; other keys get the type of their default.
 RLLIB_RULES: dict[str, dict[str, Rule]] = {
@@ -292,6 +315,7 @@ def _section_rules() -> dict[str, dict[str, Rule]]:
         "model": _rules(_model_config(), MODEL_BOUNDS),
         "pretrain": _rules(PretrainConfig, PRETRAIN_BOUNDS),
         "checkpoint": _rules(CheckpointConfig, CHECKPOINT_BOUNDS),
+        "advantage": _rules(AdvantageConfig, ADVANTAGE_BOUNDS),
         "stop": {k: POSITIVE for k in STOP_KEYS},
     }
 
@@ -308,6 +332,7 @@ TOP_LEVEL: dict[str, Rule] = {
     "stop": Rule(lambda v: v is None or (isinstance(v, dict) and bool(v)), "a non-empty mapping"),
     "rllib": MAPPING | NULL,
     "checkpoint": MAPPING | NULL,
+    "advantage": MAPPING | NULL,
     "train_loads": Rule(
         lambda v: (
             v is None
@@ -476,6 +501,12 @@ def parse_experiment(data: Any, where: str = "experiment") -> Experiment:
             f"{where}: train_loads={list(train_loads)} with view={view!r}: "
             "expected view 'round' (the node view trains at env.load)"
         )
+    advantage = _section(AdvantageConfig, data.get("advantage"), f"{where}: advantage")
+    if advantage.estimator == "group" and view != "round":
+        raise ConfigError(
+            f"{where}: advantage.estimator='group' with view={view!r}: expected view 'round' "
+            "(groups of envs share a workload round by round)"
+        )
     return Experiment(
         name=data["name"],
         env=env,
@@ -489,6 +520,7 @@ def parse_experiment(data: Any, where: str = "experiment") -> Experiment:
         rllib={m: dict(kw) for m, kw in (data.get("rllib") or {}).items()},
         checkpoint=_section(CheckpointConfig, data.get("checkpoint"), f"{where}: checkpoint"),
         train_loads=train_loads,
+        advantage=advantage,
     )
 
 
@@ -596,6 +628,8 @@ def experiment_record(exp: Experiment) -> dict[str, Any]:
     data = {k: v for k, v in dataclasses.asdict(exp).items() if k != "path"}
     if not data["train_loads"]:  # runs recorded before the key existed compare equal
         del data["train_loads"]
+    if data["advantage"] == dataclasses.asdict(AdvantageConfig()):  # likewise
+        del data["advantage"]
     return yaml.safe_load(yaml.safe_dump(_plain(data)))
 
 

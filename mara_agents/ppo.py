@@ -25,8 +25,10 @@ from ray.rllib.core.rl_module.multi_rl_module import MultiRLModuleSpec
 from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 
 from mara_agents.experiment import Experiment
+from mara_agents.group import GroupedEnvRunner, GroupPPOLearner
 from mara_agents.rl_module import SHARED_MODULE_ID, MaraRLModule, MaraRoundModule
 from mara_agents.rllib_env import ROUND_ENV_ID, register
+from mara_env.config import ConfigError
 
 # Episode metrics (from the simulator) logged per episode, averaged per iteration.
 EPISODE_METRICS = (
@@ -162,6 +164,22 @@ def build_config(
     runners = {**ENV_RUNNER_DEFAULTS, **exp.rllib.get("env_runners", {})}
     if num_env_runners is not None:
         runners["num_env_runners"] = num_env_runners
+    grouped = exp.advantage.estimator == "group"
+    if grouped:
+        size, envs = exp.advantage.group_size, runners["num_envs_per_env_runner"]
+        if envs % size:
+            raise ConfigError(
+                f"{exp.path or 'experiment'}: advantage.group_size={size} does not divide "
+                f"rllib.env_runners.num_envs_per_env_runner={envs}; expected a divisor "
+                "(each runner's envs run in groups that share a workload)"
+            )
+        # whole episodes, so that every step's return is known (fragments mean nothing
+        # then); seeded in groups
+        runners.update(
+            batch_mode="complete_episodes",
+            rollout_fragment_length="auto",
+            env_runner_cls=GroupedEnvRunner,
+        )
     node_env = register()
     config = (
         PPOConfig()
@@ -176,6 +194,8 @@ def build_config(
         .callbacks(MaraMetrics)
         .debugging(seed=exp.seed)
     )
+    if grouped:
+        config.learners(learner_class=GroupPPOLearner)
     if exp.view == "round":
         config.rl_module(
             rl_module_spec=RLModuleSpec(module_class=MaraRoundModule, model_config=model)

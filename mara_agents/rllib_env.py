@@ -49,9 +49,11 @@ class MixedLoadRoundEnv(gymnasium.Env):
     """Round envs that differ only in their load; each episode runs on the next in turn.
 
     The envs share spaces, so a policy trains on a mix of loads without knowing which.
-    Episode ``e`` after a seeded reset runs on load ``loads[e % len(loads)]``; a seeded
-    reset seeds every load's env (from :class:`numpy.random.SeedSequence` children of the
-    seed), so the same seed gives the same sequence of episodes.
+    A seeded reset with seed ``s`` seeds every load's env (from
+    :class:`numpy.random.SeedSequence` children of ``s``) and runs on load
+    ``loads[s % len(loads)]``; each later episode runs on the next load in turn.  The same
+    seed gives the same sequence of episodes, and envs reset with different seeds (such as
+    the groups of :class:`mara_agents.group.GroupedEnvRunner`) spread over the loads.
     """
 
     def __init__(self, envs: list[RoundEnv]) -> None:
@@ -75,8 +77,9 @@ class MixedLoadRoundEnv(gymnasium.Env):
         children = np.random.SeedSequence(seed).generate_state(len(self.envs))
         for env, child in zip(self.envs, children):  # each continues from here on its turn
             env.reset(seed=int(child), options=options)
-        self.current, self._next = self.envs[0], 1 % len(self.envs)
-        return self.current.observe(), {}
+        first = seed % len(self.envs)
+        self.current, self._next = self.envs[first], (first + 1) % len(self.envs)
+        return self.current.observe(), {"workload_seed": seed}
 
     def step(self, action: Any) -> tuple[dict[str, np.ndarray], float, bool, bool, dict[str, Any]]:
         return self.current.step(action)

@@ -71,7 +71,9 @@ class RoundEnv(gymnasium.Env):
 
     **Reward**: the team reward of the round (completions plus the shaping term),
     the same number every node gets in the AEC env.  **Termination** / **truncation**:
-    as the AEC env; the final ``info`` holds ``episode`` (the simulator's metrics).
+    as the AEC env; the final ``info`` holds ``episode`` (the simulator's metrics).  The
+    ``info`` of a seeded reset holds ``workload_seed``: episodes reset with the same seed
+    run the same workload (group-relative baselines pair them by it).
 
     **Version history**: v0 — initial release.
     """
@@ -132,7 +134,7 @@ class RoundEnv(gymnasium.Env):
     ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
         super().reset(seed=seed)
         self.aec.reset(seed=seed, options=options)
-        return self.observe(), {}
+        return self.observe(), ({} if seed is None else {"workload_seed": seed})
 
     def _check(self, action: Any) -> np.ndarray:
         """``action`` as N ints; :class:`InvalidActionError` naming the node otherwise."""

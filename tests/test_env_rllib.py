@@ -56,7 +56,8 @@ def test_mixed_load_round_env_cycles_loads_and_repeats_with_its_seed():
         return loads, firsts
 
     loads, a = run(3)
-    assert loads == [0.5, 2.0, 0.5, 2.0]
+    assert loads == [2.0, 0.5, 2.0, 0.5]  # a seeded reset starts at loads[seed % 2]
+    assert run(4)[0] == [0.5, 2.0, 0.5, 2.0]
     _, b = run(3)
     assert all(np.array_equal(x, y) for x, y in zip(a, b))
     plain = round_env_creator({"cluster": dict(SMALL), "wrapper": "none"})
