@@ -89,16 +89,17 @@ class PretrainConfig:
     init_weights: str = ""
 
 
-# PPO's advantage estimators: RLlib's GAE with the critic, or the group-relative baseline of
-# episodes that share a workload (mara_agents.group).
-ESTIMATORS = ("gae", "group")
+# PPO's advantage estimators: RLlib's GAE with the critic, or a group-relative baseline of
+# episodes that share a workload (mara_agents.group): returns, or GAE advantages, compared.
+ESTIMATORS = ("gae", "group", "group_gae")
 
 
 @dataclass(frozen=True)
 class AdvantageConfig:
-    """How PPO estimates advantages: ``gae`` (RLlib's, with ``lambda_``) or ``group``
-    (round view: envs run in groups of ``group_size`` that share each workload, and an
-    episode's baseline is its group mates' return; see :mod:`mara_agents.group`)."""
+    """How PPO estimates advantages: ``gae`` (RLlib's, with ``lambda_``), ``group`` or
+    ``group_gae`` (round view: envs run in groups of ``group_size`` that share each
+    workload; an episode's baseline is its group mates' return, or its GAE advantage is
+    taken relative to theirs; see :mod:`mara_agents.group`)."""
 
     estimator: str = "gae"
     group_size: int = 8  # envs per group (group only); num_envs_per_env_runner must divide
@@ -143,8 +144,6 @@ class Experiment:
         }
         if self.train_loads:
             config["loads"] = list(self.train_loads)
-        if self.advantage.estimator == "group":
-            config["group_size"] = self.advantage.group_size
         return config
 
     def tune_stop(self) -> dict[str, float]:
@@ -502,9 +501,10 @@ def parse_experiment(data: Any, where: str = "experiment") -> Experiment:
             "expected view 'round' (the node view trains at env.load)"
         )
     advantage = _section(AdvantageConfig, data.get("advantage"), f"{where}: advantage")
-    if advantage.estimator == "group" and view != "round":
+    if advantage.estimator != "gae" and view != "round":
         raise ConfigError(
-            f"{where}: advantage.estimator='group' with view={view!r}: expected view 'round' "
+            f"{where}: advantage.estimator={advantage.estimator!r} with view={view!r}: "
+            "expected view 'round' "
             "(groups of envs share a workload round by round)"
         )
     return Experiment(

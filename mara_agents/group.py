@@ -3,7 +3,7 @@
 In this scheduling problem most of the spread of an episode's return comes from its
 workload (which tasks arrive, when, and how hard they are), not from the policy's choices;
 a critic that cannot foresee arrivals leaves that spread in every GAE advantage.  With
-``advantage: {estimator: group, group_size: G}`` (round view only):
+``advantage: {estimator: group | group_gae, group_size: G}`` (round view only):
 
 * :class:`GroupedEnvRunner` resets its ``num_envs_per_env_runner`` envs in groups of ``G``
   that share a seed, so the ``G`` episodes of a group run the same workload at the same
@@ -11,14 +11,21 @@ a critic that cannot foresee arrivals leaves that spread in every GAE advantage.
   ``(experiment seed, runner index, call number)``: runs repeat with their seed.  Sampling
   runs whole episodes (``batch_mode: complete_episodes``).
 * :class:`GroupRelativeAdvantages` (the learner connector that replaces RLlib's GAE)
-  gives step ``t`` of an episode the advantage ``G_t - b_t``: ``G_t`` its undiscounted
-  return from ``t`` on, ``b_t`` the mean of the same quantity over the *other* episodes
-  of its group (leave-one-out, as RLOO; an episode that already ended counts 0).  The
-  other episodes were sampled independently of this one's actions, so the baseline keeps
-  the policy gradient unbiased while it removes what the shared workload explains.  An
-  episode without a complete group mate in the batch (a second episode an env finished
-  during the same call, unseeded) falls back to the critic, ``b_t = V(s_t)``.  Advantages
-  are standardised over the batch, as RLlib's GAE does, and the critic regresses on ``G_t``.
+  gives step ``t`` of an episode the advantage ``x_t - b_t``, where ``b_t`` is the mean
+  of ``x_t`` over the *other* episodes of its group (leave-one-out, as RLOO; an episode
+  that already ended counts 0) and ``x_t`` is
+
+  - ``group``: the undiscounted return from ``t`` on, ``G_t`` (the critic regresses on it);
+  - ``group_gae``: RLlib's GAE advantage with the critic (``gamma``, ``lambda_``): credit
+    stays local in time, and the shocks every episode of the group shares at step ``t``
+    (the same task arrives, the same deadline passes) cancel (the critic regresses on the
+    GAE targets).
+
+  The other episodes were sampled independently of this one's actions, so the baseline
+  keeps the policy gradient unbiased while it removes what the shared workload explains.
+  An episode without a complete group mate in the batch (a second episode an env finished
+  during the same call, unseeded) falls back to ``b_t = V(s_t)`` (``group``) or to plain
+  GAE (``group_gae``).  Advantages are standardised over the batch, as RLlib's GAE does.
 
 The group's episodes are found by the ``workload_seed`` in their reset info
 (:class:`mara_agents.rllib_env.MixedLoadRoundEnv` and :class:`mara_env.round_env.RoundEnv`
@@ -40,14 +47,18 @@ from ray.rllib.core.rl_module.apis.value_function_api import ValueFunctionAPI
 from ray.rllib.env.single_agent_env_runner import SingleAgentEnvRunner
 from ray.rllib.evaluation.postprocessing import Postprocessing
 from ray.rllib.utils.numpy import convert_to_numpy
+from ray.rllib.utils.postprocessing.value_predictions import compute_value_targets
 
 SEED_KEY = "workload_seed"  # reset info of a seeded reset: the seed (the group's key)
-GROUP_SIZE_KEY = "group_size"  # env_config key read by the runner and the learner
+# learner_config_dict keys read by the runner and the learner: the estimator and group size
+ESTIMATOR_KEY, GROUP_SIZE_KEY = "advantage", "group_size"
+BASELINES = {"group": "returns", "group_gae": "gae"}  # estimator -> what is compared
 
 
 def group_size(config: Any) -> int:
-    """The group size an algorithm config asks for (0: GAE, no groups)."""
-    return int((config.env_config or {}).get(GROUP_SIZE_KEY, 0) or 0)
+    """The group size an algorithm config asks for (0: RLlib's GAE, no groups)."""
+    settings = config.learner_config_dict or {}
+    return int(settings.get(GROUP_SIZE_KEY, 0)) if settings.get(ESTIMATOR_KEY) in BASELINES else 0
 
 
 def group_seeds(root: int, runner: int, call: int, num_envs: int, size: int) -> list[int]:
@@ -128,14 +139,27 @@ def return_spread(returns: list[np.ndarray], keys: list[Any]) -> dict[str, float
 
 
 class GroupRelativeAdvantages(ConnectorV2):
-    """Learner connector: advantages against the group's leave-one-out return (module doc).
+    """Learner connector: advantages against the group mates' (module doc).
 
-    Same place and outputs as RLlib's ``GeneralAdvantageEstimation`` (last piece of the
-    learner pipeline, episodes extended by one artificial step).
+    ``compare``: ``returns`` (estimator ``group``) or ``gae`` (``group_gae``, with
+    ``gamma`` and ``lambda_``).  Same place and outputs as RLlib's
+    ``GeneralAdvantageEstimation`` (last piece of the learner pipeline, episodes extended
+    by one artificial step).
     """
 
-    def __init__(self, input_observation_space: Any = None, input_action_space: Any = None):
+    def __init__(
+        self,
+        input_observation_space: Any = None,
+        input_action_space: Any = None,
+        *,
+        compare: str = "returns",
+        gamma: float = 1.0,
+        lambda_: float = 1.0,
+    ):
         super().__init__(input_observation_space, input_action_space)
+        if compare not in BASELINES.values():
+            raise ValueError(f"compare={compare!r}: expected one of {list(BASELINES.values())}")
+        self.compare, self.gamma, self.lambda_ = compare, gamma, lambda_
         self._to_tensor: NumpyToTensor | None = None
         self.fallback_fraction = 0.0  # of the last batch's steps: no group mate
 
@@ -162,13 +186,28 @@ class GroupRelativeAdvantages(ConnectorV2):
             mine = [e for e in sa_episodes if e.module_id in (None, mid)]
             lens = [len(e) for e in mine]
             cuts = np.cumsum(lens)[:-1]
-            rewards = np.split(convert_to_numpy(batch[mid][Columns.REWARDS]), cuts)
+            column = batch[mid]
+            rewards = np.split(convert_to_numpy(column[Columns.REWARDS]), cuts)
             returns = [returns_to_go(np.asarray(r, np.float64)) for r in rewards]
             keys = [e.get_infos(0).get(SEED_KEY) if e.t_started == 0 else None for e in mine]
-            baselines = group_baselines(returns, keys)
             parts = np.split(values, cuts)
+            if self.compare == "returns":
+                own, fallback, targets = returns, parts, returns
+            else:
+                gae_targets = compute_value_targets(
+                    values=values,
+                    rewards=convert_to_numpy(column[Columns.REWARDS]),
+                    terminateds=convert_to_numpy(column[Columns.TERMINATEDS]),
+                    truncateds=convert_to_numpy(column[Columns.TRUNCATEDS]),
+                    gamma=self.gamma,
+                    lambda_=self.lambda_,
+                )
+                targets = np.split(gae_targets, cuts)
+                own = [t - v for t, v in zip(targets, parts)]
+                fallback = [np.zeros_like(v) for v in parts]
+            baselines = group_baselines(own, keys)
             advantages = np.concatenate(
-                [g - (b if b is not None else v) for g, b, v in zip(returns, baselines, parts)]
+                [x - (b if b is not None else f) for x, b, f in zip(own, baselines, fallback)]
             )
             alone = sum(n for n, b in zip(lens, baselines) if b is None)
             self.fallback_fraction = alone / max(sum(lens), 1)
@@ -178,7 +217,7 @@ class GroupRelativeAdvantages(ConnectorV2):
                     metrics.log_value((mid, name), value, window=1)
             advantages = (advantages - advantages.mean()) / max(1e-4, advantages.std())
             batch[mid][Postprocessing.ADVANTAGES] = advantages.astype(np.float32)
-            batch[mid][Postprocessing.VALUE_TARGETS] = np.concatenate(returns).astype(np.float32)
+            batch[mid][Postprocessing.VALUE_TARGETS] = np.concatenate(targets).astype(np.float32)
             done[mid] = {
                 k: batch[mid][k] for k in (Postprocessing.ADVANTAGES, Postprocessing.VALUE_TARGETS)
             }
@@ -193,10 +232,15 @@ class GroupRelativeAdvantages(ConnectorV2):
 
 class GroupPPOLearner(PPOTorchLearner):
     """RLlib's PPO learner, with :class:`GroupRelativeAdvantages` in place of GAE when the
-    config asks for groups (``env_config["group_size"]``)."""
+    config asks for groups (``learner_config_dict``: ``advantage``, ``group_size``)."""
 
     def build(self) -> None:
         super().build()
         if group_size(self.config) and self._learner_connector is not None:
+            compare = BASELINES[self.config.learner_config_dict[ESTIMATOR_KEY]]
             self._learner_connector.remove(GeneralAdvantageEstimation.__name__)
-            self._learner_connector.append(GroupRelativeAdvantages())
+            self._learner_connector.append(
+                GroupRelativeAdvantages(
+                    compare=compare, gamma=self.config.gamma, lambda_=self.config.lambda_
+                )
+            )

@@ -25,7 +25,7 @@ from ray.rllib.core.rl_module.multi_rl_module import MultiRLModuleSpec
 from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 
 from mara_agents.experiment import Experiment
-from mara_agents.group import GroupedEnvRunner, GroupPPOLearner
+from mara_agents.group import ESTIMATOR_KEY, GROUP_SIZE_KEY, GroupedEnvRunner, GroupPPOLearner
 from mara_agents.rl_module import SHARED_MODULE_ID, MaraRLModule, MaraRoundModule
 from mara_agents.rllib_env import ROUND_ENV_ID, register
 from mara_env.config import ConfigError
@@ -164,7 +164,7 @@ def build_config(
     runners = {**ENV_RUNNER_DEFAULTS, **exp.rllib.get("env_runners", {})}
     if num_env_runners is not None:
         runners["num_env_runners"] = num_env_runners
-    grouped = exp.advantage.estimator == "group"
+    grouped = exp.advantage.estimator != "gae"
     if grouped:
         size, envs = exp.advantage.group_size, runners["num_envs_per_env_runner"]
         if envs % size:
@@ -195,7 +195,13 @@ def build_config(
         .debugging(seed=exp.seed)
     )
     if grouped:
-        config.learners(learner_class=GroupPPOLearner)
+        config.learners(
+            learner_class=GroupPPOLearner,
+            learner_config_dict={
+                ESTIMATOR_KEY: exp.advantage.estimator,
+                GROUP_SIZE_KEY: exp.advantage.group_size,
+            },
+        )
     if exp.view == "round":
         config.rl_module(
             rl_module_spec=RLModuleSpec(module_class=MaraRoundModule, model_config=model)

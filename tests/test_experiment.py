@@ -282,7 +282,7 @@ def test_base_errors_name_the_file_and_key(tmp_path: Path) -> None:
         ({"view": "round", "train_loads": [1.0, 0]}, ["train_loads=[1.0, 0]", "(0, 100]"]),
         ({"view": "round", "train_loads": 1.5}, ["train_loads=1.5"]),
         ({"train_loads": [1.0, 2.0]}, ["train_loads=[1.0, 2.0]", "view 'round'"]),
-        ({"advantage": {"estimator": "rloo"}}, ["advantage.estimator='rloo'", "'gae', 'group'"]),
+        ({"advantage": {"estimator": "rloo"}}, ["advantage.estimator='rloo'", "'group_gae'"]),
         ({"advantage": {"group_size": 1}}, ["advantage.group_size=1", "integer >= 2"]),
         ({"advantage": {"size": 4}}, ["advantage", "unknown key", "group_size"]),
         ({"advantage": {"estimator": "group"}}, ["estimator='group'", "view 'round'"]),
@@ -355,19 +355,20 @@ def test_train_loads_reach_the_env_config_and_only_then_the_record() -> None:
 
 def test_group_advantage_reaches_the_config_and_only_then_the_record() -> None:
     from mara_agents.experiment import experiment_record
-    from mara_agents.group import GroupedEnvRunner, GroupPPOLearner
+    from mara_agents.group import GroupedEnvRunner, GroupPPOLearner, group_size
     from mara_agents.ppo import build_config
 
     plain = parse_experiment({**MINIMAL, "view": "round"})
-    assert "group_size" not in plain.env_config() and "advantage" not in experiment_record(plain)
-    assert build_config(plain).batch_mode == "truncate_episodes"
-    grouped = {**MINIMAL, "view": "round", "advantage": {"estimator": "group", "group_size": 4}}
+    assert "advantage" not in experiment_record(plain)
+    config = build_config(plain)
+    assert config.batch_mode == "truncate_episodes" and group_size(config) == 0
+    grouped = {**MINIMAL, "view": "round", "advantage": {"estimator": "group_gae", "group_size": 4}}
     grouped["rllib"] = {"env_runners": {"num_envs_per_env_runner": 8}}
     exp = parse_experiment(grouped)
-    assert exp.env_config()["group_size"] == 4
-    assert experiment_record(exp)["advantage"] == {"estimator": "group", "group_size": 4}
+    assert experiment_record(exp)["advantage"] == {"estimator": "group_gae", "group_size": 4}
     config = build_config(exp)
-    assert config.batch_mode == "complete_episodes"
+    assert config.batch_mode == "complete_episodes" and group_size(config) == 4
+    assert config.learner_config_dict == {"advantage": "group_gae", "group_size": 4}
     assert config.env_runner_cls is GroupedEnvRunner
     assert config.learner_class is GroupPPOLearner
     grouped["rllib"]["env_runners"]["num_envs_per_env_runner"] = 6

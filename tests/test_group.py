@@ -93,6 +93,27 @@ def test_connector_puts_group_relative_advantages_and_returns_in_the_batch() -> 
     assert connector.fallback_fraction == pytest.approx(2 / 8)
 
 
+def test_group_gae_compares_gae_advantages_with_the_group_mates() -> None:
+    """``compare="gae"``: each step's GAE advantage minus its mates' mean at that step;
+    with gamma = lambda = 1 and a constant critic of 10 that is ``G_t - G_t(mates)`` (the
+    critic cancels), and plain GAE for an episode without mates."""
+    episodes = [_episode([1, 0, 2], 7), _episode([0, 0, 0], 7), _episode([4, 0], None)]
+    columns = {Columns.REWARDS: np.concatenate([e.get_rewards() for e in episodes])}
+    ends = np.zeros(8, np.float32)
+    ends[[2, 5, 7]] = 1.0
+    columns.update({Columns.TERMINATEDS: ends, Columns.TRUNCATEDS: np.zeros(8, np.float32)})
+    connector = GroupRelativeAdvantages(compare="gae", gamma=1.0, lambda_=1.0)
+    out = connector(rl_module=_Modules(m=_Critic()), episodes=episodes, batch={"m": columns})
+    raw = np.array([3, 2, 2, -3, -2, -2, 4 - 10, 0 - 10], float)
+    want = (raw - raw.mean()) / raw.std()
+    np.testing.assert_allclose(out["m"][Postprocessing.ADVANTAGES].numpy(), want, rtol=1e-5)
+    np.testing.assert_allclose(
+        out["m"][Postprocessing.VALUE_TARGETS].numpy(), [3, 2, 2, 0, 0, 0, 4, 0]
+    )
+    with pytest.raises(ValueError, match="compare='td': expected one of"):
+        GroupRelativeAdvantages(compare="td")
+
+
 def test_envs_reset_with_one_seed_run_one_workload() -> None:
     from mara_agents.rllib_env import round_env_creator
 
@@ -108,7 +129,8 @@ def test_envs_reset_with_one_seed_run_one_workload() -> None:
     assert a.reset(seed=12)[1] == {SEED_KEY: 12} and a.reset()[1] == {}
 
 
-def test_group_training_runs_whole_episodes_in_groups(tmp_path: Path) -> None:
+@pytest.mark.parametrize("estimator", ["group", "group_gae"])
+def test_group_training_runs_whole_episodes_in_groups(tmp_path: Path, estimator: str) -> None:
     """A real RLlib iteration: every sampled episode is complete, and the learner's
     episodes come in groups of ``group_size`` that share a seed (so a workload)."""
     import ray
@@ -119,17 +141,20 @@ def test_group_training_runs_whole_episodes_in_groups(tmp_path: Path) -> None:
 
     data = yaml.safe_load((Path(__file__).parents[1] / "experiments/mara_smoke.yaml").read_text())
     data["env"].update(traces=SMALL["traces"], split=SMALL["split"])
-    data.update(view="round", advantage={"estimator": "group", "group_size": 2})
+    data.update(view="round", advantage={"estimator": estimator, "group_size": 2})
     data["rllib"]["env_runners"]["num_envs_per_env_runner"] = 4
     path = tmp_path / "group.yaml"
     path.write_text(yaml.safe_dump(data))
     seen: list[list[tuple]] = []
     call = group.GroupRelativeAdvantages.__call__
 
-    def spy(self, *, episodes, **kwargs):
+    def spy(self, *, episodes, batch, **kwargs):
         sa = list(self.single_agent_episode_iterator(episodes, False))
         seen.append([(e.t_started, e.get_infos(0).get(SEED_KEY)) for e in sa])
-        return call(self, episodes=episodes, **kwargs)
+        # the batch's rows are the episodes' steps in the same order (one extra step each)
+        rewards = np.concatenate([[*e.get_rewards()[:-1], 0.0] for e in sa])
+        np.testing.assert_allclose(batch["default_policy"][Columns.REWARDS], rewards, atol=1e-5)
+        return call(self, episodes=episodes, batch=batch, **kwargs)
 
     group.GroupRelativeAdvantages.__call__ = spy
     try:
