@@ -145,7 +145,7 @@ def test_ablation_files_hold_only_their_difference_from_their_base() -> None:
     """Each derived file is its base with exactly the changes it lists."""
     import dataclasses
 
-    from mara_agents.experiment import PretrainConfig
+    from mara_agents.experiment import AdvantageConfig, CheckpointConfig, PretrainConfig
 
     mara, scratch = load("mara"), load("mara_scratch")
 
@@ -187,7 +187,25 @@ def test_ablation_files_hold_only_their_difference_from_their_base() -> None:
     assert same("mara_finetune") == changed(
         mara, name="mara_finetune", pretrain=PretrainConfig(init_weights="runs/mara_pretrain.pt")
     )
+    finetune = load("mara_finetune")
+    assert same("mara_group") == changed(
+        finetune,
+        name="mara_group",
+        advantage=AdvantageConfig(estimator="group_gae", group_size=8),
+        stop={"time_total_s": 2400},
+        checkpoint=CheckpointConfig(frequency=10, keep=20),
+        rllib={
+            "env_runners": {**finetune.rllib["env_runners"], "num_envs_per_env_runner": 16},
+            "training": {
+                **finetune.rllib["training"],
+                "lr": 5e-5,
+                "train_batch_size_per_learner": 4096,
+                "num_epochs": 2,
+            },
+        },
+    )
     for name, base in [
+        ("mara_group", "mara_finetune"),
         ("mara_no_shaping", "mara_scratch"),
         ("mara_independent", "mara_scratch"),
         ("mara_no_flow", "mara_scratch"),
