@@ -32,17 +32,10 @@ CURVES = (
 )
 
 # The learner's statistics (of the one policy module) written as ``mara/learner/<name>``.
-LEARNER_STATS = (
-    "policy_loss",
-    "vf_loss",
-    "entropy",
-    "mean_kl_loss",
-    "vf_explained_var",
-    # advantage: group (mara_agents.group): steps without a group mate, return spreads
-    "group_fallback",
-    "return_std",
-    "return_std_in_group",
-)
+LEARNER_STATS = ("policy_loss", "vf_loss", "entropy", "mean_kl_loss", "vf_explained_var")
+# ... and with a group-relative advantage (mara_agents.group): the fraction of steps without
+# a group mate, and the spread of the episodes' returns, overall and within groups.
+GROUP_STATS = ("group_fallback", "return_std", "return_std_in_group")
 
 
 def tensorboard_scalars(result: dict[str, Any]) -> dict[str, float]:
@@ -51,7 +44,8 @@ def tensorboard_scalars(result: dict[str, Any]) -> dict[str, float]:
     scalars = {f"mara/{k}": v for k, v in {**episodes, **result.get("mara", {})}.items()}
     for module, stats in result.get("learners", {}).items():
         if module != ALL_MODULES:
-            scalars.update({f"mara/learner/{k}": stats[k] for k in LEARNER_STATS if k in stats})
+            names = (*LEARNER_STATS, *GROUP_STATS)
+            scalars.update({f"mara/learner/{k}": stats[k] for k in names if k in stats})
     return {tag: float(v) for tag, v in scalars.items() if np.isscalar(v)}
 
 
