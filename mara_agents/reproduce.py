@@ -38,8 +38,10 @@ DEFAULT_SPECS = (
 )
 DEFAULT_LOADS = (1.0, 1.5, 2.0)
 # The shipped policy's recipe, found from the package (experiments/ sits beside it in a
-# source checkout), never from the working directory.
+# source checkout), never from the working directory: the clone of RECIPE, then the PPO
+# stage of PPO_RECIPE from it.
 RECIPE = Path(__file__).resolve().parents[1] / "experiments" / "mara.yaml"
+PPO_RECIPE = RECIPE.with_name("mara_group.yaml")
 
 
 def _step(title: str) -> float:
@@ -51,12 +53,18 @@ def _done(start: float) -> None:
     print(f"   done in {time.perf_counter() - start:.0f} s", flush=True)
 
 
-def retrain(out: Path, recipe: Path = RECIPE, predictor: TrainConfig | None = None) -> Path:
+def retrain(
+    out: Path,
+    recipe: Path = RECIPE,
+    predictor: TrainConfig | None = None,
+    ppo_recipe: Path | None = PPO_RECIPE,
+) -> Path:
     """Retrain the shipped policy's recipe and the predictor under ``out/retrained``.
 
-    The shipped policy is ``recipe`` run to the end (``docs/training.md``): behaviour
-    cloning (and the DAgger rounds the YAML asks for), resumable as ``mara train
-    --pretrain-only --resume``, then PPO from the clone for the YAML's ``stop`` budget; the
+    The shipped policy (``docs/training.md``) is the behaviour clone of ``recipe`` (and the
+    DAgger rounds the YAML asks for), resumable as ``mara train --pretrain-only --resume``,
+    then the PPO stage of ``ppo_recipe`` (``None``: of ``recipe``) from the clone for that
+    YAML's ``stop`` budget; the
     final checkpoint is exported and its policy file returned (an existing export is
     reused).  PPO stops on wall-clock time with two sampling processes, so a rerun lands
     near, not on, the shipped weights.  The policy observes through the shipped flow
@@ -79,21 +87,24 @@ def retrain(out: Path, recipe: Path = RECIPE, predictor: TrainConfig | None = No
     exp = load_experiment(recipe)
     if exp.pretrain.episodes <= 0:
         raise ConfigError(f"{recipe}: expected pretrain.episodes > 0 (the shipped recipe)")
+    stage = load_experiment(ppo_recipe) if ppo_recipe is not None else exp
     root = Path(out).absolute() / "retrained"
-    policy = root / f"{exp.name}.pt"
+    policy = root / f"{stage.name}.pt"
     print(f"   policy: behaviour cloning of {exp.pretrain.scheduler} ({recipe})", flush=True)
     clone = pretrain(exp, root / "train" / f"{exp.name}_pretrain.pt", resume=True)
     ppo = dataclasses.replace(
-        exp,
-        pretrain=dataclasses.replace(exp.pretrain, episodes=0, init_weights=str(clone)),
-        checkpoint=dataclasses.replace(exp.checkpoint, at_end=True),
+        stage,
+        pretrain=dataclasses.replace(stage.pretrain, episodes=0, init_weights=str(clone)),
+        checkpoint=dataclasses.replace(stage.checkpoint, at_end=True),
     )
-    record = root / "train" / exp.name / RECORD
+    record = root / "train" / stage.name / RECORD
     if policy.is_file() and record.is_file():
         check_unchanged(ppo, record)  # the recipe's PPO settings are those of the export
         print(f"   policy: reusing {policy}", flush=True)
     else:
-        print(f"   policy: PPO from the clone, stop {exp.stop}", flush=True)
+        print(
+            f"   policy: PPO from the clone ({ppo_recipe or recipe}), stop {stage.stop}", flush=True
+        )
         _ppo_from_clone(ppo, root / "train", policy)
     cfg = dataclasses.replace(predictor or SHIPPED_RECIPE, out=str(root / "flow.pt"))
     print(f"   predictor: flow matching on the {cfg.split} split -> {cfg.out}", flush=True)

@@ -79,16 +79,16 @@ def test_retrain_calls_the_library_from_any_directory(tmp_path, monkeypatch) -> 
     elsewhere.mkdir()
     monkeypatch.chdir(elsewhere)
     out = tmp_path / "results"
-    policy = retrain(out, recipe=recipe, predictor=predictor)
+    policy = retrain(out, recipe=recipe, predictor=predictor, ppo_recipe=None)
     assert policy == out / "retrained" / "tiny.pt"
     assert load_policy(policy).meta["env"]["num_nodes"] == SMALL["num_nodes"]
     assert (out / "retrained" / "flow.pt").is_file()
     assert (out / "retrained" / "train" / "tiny_pretrain_bc.pt").is_file()
     assert "checkpoint_" in load_policy(policy).meta["source"]  # the PPO stage's export
     assert not any(elsewhere.iterdir())  # nothing written relative to the cwd
-    assert retrain(out, recipe=recipe, predictor=predictor) == policy  # resumes
+    assert retrain(out, recipe=recipe, predictor=predictor, ppo_recipe=None) == policy
     recipe.write_text(recipe.read_text().replace("epochs: 1", "epochs: 2"))
     with pytest.raises(ConfigError, match=r"pretrain.epochs: 1 -> 2"):
-        retrain(out, recipe=recipe, predictor=predictor)  # the saved clone is stale
+        retrain(out, recipe=recipe, predictor=predictor, ppo_recipe=None)  # stale clone
     with pytest.raises(ConfigError, match="needs a source checkout"):
         retrain(out, recipe=tmp_path / "missing.yaml")

@@ -5,8 +5,8 @@ MARA against LARA and the other baselines at loads 1.0/1.5/2.0 on the same episo
 and writes OUT/summary.md, CSVs, plots (completion vs load, predictor error vs prefix
 fraction, an example episode's allocation) and TensorBoard logs.  About 3-6 minutes on
 2 cores.  --full first retrains the predictor and the shipped policy's recipe from the
-experiment YAML (behaviour cloning, then 20 minutes of PPO; about an hour more on 2
-cores; needs the rllib extra; resumable stage by stage) and evaluates the retrained
+experiment YAMLs (behaviour cloning, then 40 minutes of PPO; about an hour and a half
+more on 2 cores; needs the rllib extra; resumable stage by stage) and evaluates the retrained
 policy too.
 """
 
@@ -36,7 +36,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--full",
         action="store_true",
-        help="retrain the predictor and the policy (clone + PPO) first (about an hour; resumable)",
+        help="retrain the predictor and the policy (clone + PPO) first (1-2 hours; resumable)",
     )
     parser.add_argument(
         "--skip-predictor", action="store_true", help="skip the predictor evaluation"
