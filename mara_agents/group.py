@@ -98,26 +98,29 @@ def returns_to_go(rewards: np.ndarray) -> np.ndarray:
     return np.cumsum(rewards[::-1])[::-1]
 
 
-def group_baselines(returns: list[np.ndarray], keys: list[Any]) -> list[np.ndarray | None]:
-    """Per episode, the leave-one-out mean of its group mates' returns-to-go at each step.
-
-    ``returns[e]``: episode ``e``'s returns-to-go; ``keys[e]``: its group (``None``: none).
-    Past its end an episode's return-to-go is 0.  ``None`` for an episode without a mate.
-    """
+def _groups(keys: list[Any]) -> list[list[int]]:
+    """Indices of the episodes of each group that has two or more (key ``None``: none)."""
     members: dict[Any, list[int]] = defaultdict(list)
     for e, key in enumerate(keys):
         if key is not None:
             members[key].append(e)
-    out: list[np.ndarray | None] = [None] * len(returns)
-    for group in members.values():
-        if len(group) < 2:
-            continue
-        width = max(len(returns[e]) for e in group)
-        total = np.zeros(width)
+    return [group for group in members.values() if len(group) > 1]
+
+
+def group_baselines(values: list[np.ndarray], keys: list[Any]) -> list[np.ndarray | None]:
+    """Per episode, the leave-one-out mean of its group mates' values at each step.
+
+    ``values[e]``: episode ``e``'s per-step values (returns-to-go or GAE advantages);
+    ``keys[e]``: its group (``None``: none).  Past its end an episode's value is 0.
+    ``None`` for an episode without a mate.
+    """
+    out: list[np.ndarray | None] = [None] * len(values)
+    for group in _groups(keys):
+        total = np.zeros(max(len(values[e]) for e in group))
         for e in group:
-            total[: len(returns[e])] += returns[e]
+            total[: len(values[e])] += values[e]
         for e in group:
-            out[e] = (total[: len(returns[e])] - returns[e]) / (len(group) - 1)
+            out[e] = (total[: len(values[e])] - values[e]) / (len(group) - 1)
     return out
 
 
@@ -125,11 +128,7 @@ def return_spread(returns: list[np.ndarray], keys: list[Any]) -> dict[str, float
     """Standard deviation of the episodes' returns, overall and within their groups (pooled):
     how much of the spread the shared workload explains."""
     first = np.array([g[0] for g in returns]) if returns else np.zeros(0)
-    members: dict[Any, list[float]] = defaultdict(list)
-    for g, key in zip(first, keys):
-        if key is not None:
-            members[key].append(g)
-    groups = [np.asarray(v) for v in members.values() if len(v) > 1]
+    groups = [first[group] for group in _groups(keys)]
     dev = sum(((v - v.mean()) ** 2).sum() for v in groups)
     dof = sum(len(v) - 1 for v in groups)
     return {
