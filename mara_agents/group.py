@@ -49,7 +49,9 @@ from ray.rllib.evaluation.postprocessing import Postprocessing
 from ray.rllib.utils.numpy import convert_to_numpy
 from ray.rllib.utils.postprocessing.value_predictions import compute_value_targets
 
-SEED_KEY = "workload_seed"  # reset info of a seeded reset: the seed (the group's key)
+from mara_env.round_env import WORKLOAD_SEED
+
+SEED_KEY = WORKLOAD_SEED  # reset info of a seeded reset: the seed (the group's key)
 # learner_config_dict keys read by the runner and the learner: the estimator and group size
 ESTIMATOR_KEY, GROUP_SIZE_KEY = "advantage", "group_size"
 BASELINES = {"group": "returns", "group_gae": "gae"}  # estimator -> what is compared
@@ -179,15 +181,15 @@ class GroupRelativeAdvantages(ConnectorV2):
                 continue
             if module.is_stateful():
                 raise ValueError(f"{type(self).__name__}: stateful module {mid!r} not supported")
-            values = module.compute_values(batch[mid])
+            column = batch[mid]
+            values = module.compute_values(column)
             device = values.device
             values = convert_to_numpy(values)
+            reward = convert_to_numpy(column[Columns.REWARDS])
             mine = [e for e in sa_episodes if e.module_id in (None, mid)]
             lens = [len(e) for e in mine]
             cuts = np.cumsum(lens)[:-1]
-            column = batch[mid]
-            rewards = np.split(convert_to_numpy(column[Columns.REWARDS]), cuts)
-            returns = [returns_to_go(np.asarray(r, np.float64)) for r in rewards]
+            returns = [returns_to_go(np.asarray(r, np.float64)) for r in np.split(reward, cuts)]
             keys = [e.get_infos(0).get(SEED_KEY) if e.t_started == 0 else None for e in mine]
             parts = np.split(values, cuts)
             if self.compare == "returns":
@@ -195,7 +197,7 @@ class GroupRelativeAdvantages(ConnectorV2):
             else:
                 gae_targets = compute_value_targets(
                     values=values,
-                    rewards=convert_to_numpy(column[Columns.REWARDS]),
+                    rewards=reward,
                     terminateds=convert_to_numpy(column[Columns.TERMINATEDS]),
                     truncateds=convert_to_numpy(column[Columns.TRUNCATEDS]),
                     gamma=self.gamma,
@@ -215,10 +217,9 @@ class GroupRelativeAdvantages(ConnectorV2):
                 for name, value in stats.items():
                     metrics.log_value((mid, name), value, window=1)
             advantages = (advantages - advantages.mean()) / max(1e-4, advantages.std())
-            batch[mid][Postprocessing.ADVANTAGES] = advantages.astype(np.float32)
-            batch[mid][Postprocessing.VALUE_TARGETS] = np.concatenate(targets).astype(np.float32)
             done[mid] = {
-                k: batch[mid][k] for k in (Postprocessing.ADVANTAGES, Postprocessing.VALUE_TARGETS)
+                Postprocessing.ADVANTAGES: advantages.astype(np.float32),
+                Postprocessing.VALUE_TARGETS: np.concatenate(targets).astype(np.float32),
             }
         if done:
             if self._to_tensor is None:

@@ -25,7 +25,7 @@ from ray.tune.registry import register_env
 from flow_predictor.wrapper import wrap
 from mara_env import ENV_ID, ClusterConfig
 from mara_env.cluster_env import env as make_aec_env
-from mara_env.round_env import RoundEnv
+from mara_env.round_env import WORKLOAD_SEED, RoundEnv
 
 ROUND_ENV_ID = "mara/ComputeClusterRounds-v0"
 
@@ -79,7 +79,7 @@ class MixedLoadRoundEnv(gymnasium.Env):
             env.reset(seed=int(child), options=options)
         first = seed % len(self.envs)
         self.current, self._next = self.envs[first], (first + 1) % len(self.envs)
-        return self.current.observe(), {"workload_seed": seed}
+        return self.current.observe(), {WORKLOAD_SEED: seed}
 
     def step(self, action: Any) -> tuple[dict[str, np.ndarray], float, bool, bool, dict[str, Any]]:
         return self.current.step(action)

@@ -23,6 +23,7 @@ from mara_env.cluster_env import (
 )
 
 _MINE = SLOT_FEATURES.index("is_mine")
+WORKLOAD_SEED = "workload_seed"  # reset info key: the seed of a seeded reset
 _CAP_HIGH = np.iinfo(np.int32).max
 
 
@@ -134,7 +135,7 @@ class RoundEnv(gymnasium.Env):
     ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
         super().reset(seed=seed)
         self.aec.reset(seed=seed, options=options)
-        return self.observe(), ({} if seed is None else {"workload_seed": seed})
+        return self.observe(), ({} if seed is None else {WORKLOAD_SEED: seed})
 
     def _check(self, action: Any) -> np.ndarray:
         """``action`` as N ints; :class:`InvalidActionError` naming the node otherwise."""
