@@ -54,7 +54,10 @@ class MixedLoadRoundEnv(gymnasium.Env):
     ``loads[s % len(loads)]``; each later episode runs on the next load in turn.  The same
     seed gives the same sequence of episodes, and envs reset with different seeds (such as
     the groups of :class:`mara_agents.group.GroupedEnvRunner`) spread over the loads.
+    :meth:`render` draws the env of the episode under way (its load in the header).
     """
+
+    metadata = RoundEnv.metadata
 
     def __init__(self, envs: list[RoundEnv]) -> None:
         if not envs:
@@ -63,6 +66,10 @@ class MixedLoadRoundEnv(gymnasium.Env):
         self.observation_space = envs[0].observation_space
         self.action_space = envs[0].action_space
         self.loads = [e.engine.config.load for e in envs]
+        modes = {e.render_mode for e in envs}
+        if len(modes) > 1:
+            raise ValueError(f"MixedLoadRoundEnv: the envs' render modes differ: {modes}")
+        self.render_mode = modes.pop()
         self._next = 0
         self.current = envs[0]
 
@@ -84,18 +91,26 @@ class MixedLoadRoundEnv(gymnasium.Env):
     def step(self, action: Any) -> tuple[dict[str, np.ndarray], float, bool, bool, dict[str, Any]]:
         return self.current.step(action)
 
+    def render(self) -> str | None:
+        frame = self.current.render()
+        if frame is None:
+            return None
+        return f"load {self.current.engine.config.load:g}\n{frame}"
+
 
 def round_env_creator(env_config: dict[str, Any]) -> RoundEnv | MixedLoadRoundEnv:
     """RLlib env creator: one decision round of all nodes per step, over the same env
-    (with ``env_config["loads"]``: one such env per load, episodes taking turns)."""
+    (with ``env_config["loads"]``: one such env per load, episodes taking turns;
+    ``env_config["render_mode"]``: ``"ansi"`` or None)."""
     config = dict(env_config)
     loads = config.pop("loads", None)
+    mode = config.pop("render_mode", None)
     if not loads:
-        return RoundEnv(make_wrapped_env(config))
+        return RoundEnv(make_wrapped_env(config), render_mode=mode)
     envs = []
     for load in loads:
         cluster = {**config.get("cluster", {}), "load": float(load)}
-        envs.append(RoundEnv(make_wrapped_env({**config, "cluster": cluster})))
+        envs.append(RoundEnv(make_wrapped_env({**config, "cluster": cluster}), render_mode=mode))
     return MixedLoadRoundEnv(envs)
 
 

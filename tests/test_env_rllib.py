@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from ray.rllib.env.wrappers.pettingzoo_env import ParallelPettingZooEnv, PettingZooEnv
 from ray.rllib.utils.pre_checks.env import check_multiagent_environments
 
@@ -62,3 +63,20 @@ def test_mixed_load_round_env_cycles_loads_and_repeats_with_its_seed():
     assert all(np.array_equal(x, y) for x, y in zip(a, b))
     plain = round_env_creator({"cluster": dict(SMALL), "wrapper": "none"})
     assert plain.engine.config.load == 1.0
+
+
+def test_mixed_load_round_env_renders_the_episode_under_way():
+    from mara_agents.rllib_env import MixedLoadRoundEnv, round_env_creator
+    from mara_env.round_env import RoundEnv
+
+    config = {"cluster": dict(SMALL), "wrapper": "none", "loads": [0.5, 2.0]}
+    e = round_env_creator({**config, "render_mode": "ansi"})
+    e.reset(seed=1)
+    e.step(np.zeros(SMALL["num_nodes"], np.int64))
+    frame = e.render()
+    assert frame.startswith("load 2\n") and frame.endswith(e.current.engine.render_ansi())
+    with pytest.warns(UserWarning, match="render_mode"):  # no render mode: no frame
+        assert round_env_creator(config).render() is None
+    quiet, loud = (RoundEnv(render_mode=m, **SMALL) for m in (None, "ansi"))
+    with pytest.raises(ValueError, match="render modes differ"):
+        MixedLoadRoundEnv([quiet, loud])
