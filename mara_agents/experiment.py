@@ -85,7 +85,8 @@ class PretrainConfig:
     dagger_rounds: int = 0
     dagger_episodes: int = 30  # episodes the clone drives per round
     dagger_epochs: int = 4  # passes over all data after each round
-    # Start PPO from this MaraNet state dict (e.g. runs/mara_pretrain_bc.pt) instead of cloning.
+    # Start PPO from these weights instead of cloning: a MaraNet state dict (a clone such as
+    # runs/mara_pretrain.pt) or a policy file (`mara export`; its critic comes with it).
     init_weights: str = ""
 
 
@@ -605,7 +606,8 @@ def check_inputs(exp: Experiment) -> None:
     if init and not Path(init).is_file():
         raise ConfigError(
             f"{where}: pretrain.init_weights={init!r}: no such file (expected a MaraNet state "
-            "dict such as runs/mara_pretrain_bc.pt from `mara train ... --pretrain-only`)"
+            "dict such as runs/mara_pretrain.pt from `mara train ... --pretrain-only`, or a "
+            "policy file from `mara export`)"
         )
 
 

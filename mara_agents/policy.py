@@ -278,6 +278,18 @@ def load_policy(path: str | Path = SHIPPED_POLICY, seed: int | None = None) -> M
     return MaraPolicy(net, meta, seed)
 
 
+def warm_start_weights(path: str | Path) -> dict[str, torch.Tensor]:
+    """The ``MaraNet`` weights a run starts from (``pretrain.init_weights``): a state dict
+    (the clone of ``mara train --pretrain-only``) or a policy file (``mara export``, such
+    as the shipped policy, whose header and weights are checked as :func:`load_policy`
+    does); a policy file's critic comes with it."""
+    path = Path(path)
+    data = torch.load(path, map_location="cpu", weights_only=True)
+    if isinstance(data, dict) and data.get("format") == FORMAT:
+        return _network(path, _read(path)).state_dict()
+    return data
+
+
 class MaraAgent:
     """Env-driven agent for the evaluation harness: ``reset(env, seed)``, ``act(env, agent)``.
 

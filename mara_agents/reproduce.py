@@ -39,9 +39,9 @@ DEFAULT_SPECS = (
 DEFAULT_LOADS = (1.0, 1.5, 2.0)
 # The shipped policy's recipe, found from the package (experiments/ sits beside it in a
 # source checkout), never from the working directory: the clone of RECIPE, then the PPO
-# stage of PPO_RECIPE from it.
+# stages of PPO_RECIPES in turn, each from the previous one's weights.
 RECIPE = Path(__file__).resolve().parents[1] / "experiments" / "mara.yaml"
-PPO_RECIPE = RECIPE.with_name("mara_group.yaml")
+PPO_RECIPES = (RECIPE.with_name("mara_group.yaml"), RECIPE.with_name("mara_group_more.yaml"))
 
 
 def _step(title: str) -> float:
@@ -57,17 +57,18 @@ def retrain(
     out: Path,
     recipe: Path = RECIPE,
     predictor: TrainConfig | None = None,
-    ppo_recipe: Path | None = PPO_RECIPE,
+    ppo_recipe: Path | Sequence[Path] | None = PPO_RECIPES,
 ) -> Path:
     """Retrain the shipped policy's recipe and the predictor under ``out/retrained``.
 
     The shipped policy (``docs/training.md``) is the behaviour clone of ``recipe`` (and the
     DAgger rounds the YAML asks for), resumable as ``mara train --pretrain-only --resume``,
-    then the PPO stage of ``ppo_recipe`` (``None``: of ``recipe``) from the clone for that
-    YAML's ``stop`` budget; the
-    final checkpoint is exported and its policy file returned (an existing export is
-    reused).  PPO stops on wall-clock time with two sampling processes, so a rerun lands
-    near, not on, the shipped weights.  The policy observes through the shipped flow
+    then the PPO stage of each YAML of ``ppo_recipe`` in turn (``None``: of ``recipe``), the
+    first from the clone, each later one from the weights (critic included) of the one
+    before, each for its YAML's ``stop`` budget.  Every stage's final checkpoint is exported
+    to ``out/retrained/<name>.pt`` (an existing export is reused) and the last one's policy
+    file returned.  PPO stages that stop on wall-clock time with two sampling processes
+    land near, not on, the shipped weights.  The policy observes through the shipped flow
     checkpoint, as the shipped policy does; the retrained predictor (``predictor``'s
     settings, default the shipped recipe ``SHIPPED_RECIPE``; written to
     ``out/retrained/flow.pt``) is made for comparison.  Both resume finished stages.
@@ -75,26 +76,48 @@ def retrain(
     from flow_predictor.train import SHIPPED_RECIPE
     from flow_predictor.train import train as train_predictor
     from mara_agents.clone import pretrain
-    from mara_agents.experiment import RECORD, check_unchanged, load_experiment
+    from mara_agents.experiment import load_experiment
     from mara_agents.extras import require
 
     require("rllib")
-    if not Path(recipe).is_file():
-        raise ConfigError(
-            f"recipe {str(recipe)!r} not found: reproduce --full needs a source checkout "
-            "of MARA (experiments/ is not installed with the package)"
-        )
+    if ppo_recipe is None:
+        stages = [Path(recipe)]
+    elif isinstance(ppo_recipe, (str, Path)):
+        stages = [Path(ppo_recipe)]
+    else:
+        stages = [Path(p) for p in ppo_recipe]
+    for path in (Path(recipe), *stages):
+        if not path.is_file():
+            raise ConfigError(
+                f"recipe {str(path)!r} not found: reproduce --full needs a source checkout "
+                "of MARA (experiments/ is not installed with the package)"
+            )
     exp = load_experiment(recipe)
     if exp.pretrain.episodes <= 0:
         raise ConfigError(f"{recipe}: expected pretrain.episodes > 0 (the shipped recipe)")
-    stage = load_experiment(ppo_recipe) if ppo_recipe is not None else exp
     root = Path(out).absolute() / "retrained"
-    policy = root / f"{stage.name}.pt"
     print(f"   policy: behaviour cloning of {exp.pretrain.scheduler} ({recipe})", flush=True)
-    clone = pretrain(exp, root / "train" / f"{exp.name}_pretrain.pt", resume=True)
+    weights = pretrain(exp, root / "train" / f"{exp.name}_pretrain.pt", resume=True)
+    start = "the clone"
+    for path in stages:
+        weights = _ppo_stage(load_experiment(path), path, weights, start, root)
+        start = weights.name
+    cfg = dataclasses.replace(predictor or SHIPPED_RECIPE, out=str(root / "flow.pt"))
+    print(f"   predictor: flow matching on the {cfg.split} split -> {cfg.out}", flush=True)
+    # resume only what exists: the predictor's resume needs its .last.pt
+    train_predictor(cfg, resume=(root / "flow.last.pt").is_file())
+    return weights
+
+
+def _ppo_stage(stage: Experiment, path: Path, weights: Path, start: str, root: Path) -> Path:
+    """The PPO stage of ``stage`` (the YAML at ``path``) from ``weights``, exported to
+    ``root/<name>.pt`` (reused when its record says it was trained from the same settings)."""
+    from mara_agents.experiment import RECORD, check_unchanged
+
+    policy = root / f"{stage.name}.pt"
     ppo = dataclasses.replace(
         stage,
-        pretrain=dataclasses.replace(stage.pretrain, episodes=0, init_weights=str(clone)),
+        pretrain=dataclasses.replace(stage.pretrain, episodes=0, init_weights=str(weights)),
         checkpoint=dataclasses.replace(stage.checkpoint, at_end=True),
     )
     record = root / "train" / stage.name / RECORD
@@ -102,19 +125,13 @@ def retrain(
         check_unchanged(ppo, record)  # the recipe's PPO settings are those of the export
         print(f"   policy: reusing {policy}", flush=True)
     else:
-        print(
-            f"   policy: PPO from the clone ({ppo_recipe or recipe}), stop {stage.stop}", flush=True
-        )
-        _ppo_from_clone(ppo, root / "train", policy)
-    cfg = dataclasses.replace(predictor or SHIPPED_RECIPE, out=str(root / "flow.pt"))
-    print(f"   predictor: flow matching on the {cfg.split} split -> {cfg.out}", flush=True)
-    # resume only what exists: the predictor's resume needs its .last.pt
-    train_predictor(cfg, resume=(root / "flow.last.pt").is_file())
+        print(f"   policy: PPO from {start} ({path}), stop {stage.stop}", flush=True)
+        _train_and_export(ppo, root / "train", policy)
     return policy
 
 
-def _ppo_from_clone(ppo: Experiment, out: Path, policy: Path) -> None:
-    """Run the recipe's PPO stage (from the clone's weights); export its last checkpoint."""
+def _train_and_export(ppo: Experiment, out: Path, policy: Path) -> None:
+    """Run a PPO stage (from its init_weights); export its last checkpoint to ``policy``."""
     from mara_agents.export import export_checkpoint
     from mara_agents.train import train
 

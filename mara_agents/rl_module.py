@@ -28,17 +28,19 @@ from ray.rllib.core.rl_module.apis.value_function_api import ValueFunctionAPI
 from ray.rllib.core.rl_module.torch import TorchRLModule
 
 from mara_agents.network import MaraNet, ObsLayout, model_config_from
+from mara_agents.policy import warm_start_weights
 from mara_agents.rounds import decode, round_value, teacher_forced_logits
 
 SHARED_MODULE_ID = "shared"
 
 
 def _build_net(module: TorchRLModule, layout: ObsLayout) -> MaraNet:
-    """The module's network; ``model_config["init_weights"]``: a state dict to load."""
+    """The module's network; ``model_config["init_weights"]``: a state dict or policy file
+    to load (:func:`~mara_agents.policy.warm_start_weights`)."""
     net = MaraNet(layout, model_config_from(module.model_config))
     init = (module.model_config or {}).get("init_weights")
     if init:
-        net.load_state_dict(torch.load(init, map_location="cpu", weights_only=True))
+        net.load_state_dict(warm_start_weights(init))
     return net
 
 
@@ -46,8 +48,8 @@ class MaraRLModule(TorchRLModule, ValueFunctionAPI):
     """RLlib (new API stack) wrapper of :class:`MaraNet` for PPO, one node per step.
 
     ``model_config`` holds :class:`~mara_agents.network.ModelConfig` fields and optionally
-    ``init_weights``: a path to a ``MaraNet`` state dict (e.g. from behaviour cloning)
-    loaded at setup.
+    ``init_weights``: a path to a ``MaraNet`` state dict (e.g. from behaviour cloning) or
+    a policy file, loaded at setup.
     """
 
     def setup(self) -> None:

@@ -49,10 +49,12 @@ def test_no_default_output_is_inside_the_package() -> None:
 
 
 def test_retrain_calls_the_library_from_any_directory(tmp_path, monkeypatch) -> None:
-    """The recipe is cloned, trained with PPO from the clone and exported, and the predictor
-    trained, all under ``out``; a rerun reuses both and a changed recipe is refused."""
+    """The recipe is cloned, trained with PPO from the clone and exported, then with a second
+    PPO stage from that export, and the predictor trained, all under ``out``; a rerun
+    reuses all and a changed recipe is refused."""
     from flow_predictor.train import TrainConfig
     from mara_agents.policy import load_policy
+    from mara_agents.experiment import RECORD
     from mara_agents.reproduce import retrain
 
     recipe = tmp_path / "recipes" / "tiny.yaml"
@@ -72,6 +74,9 @@ def test_retrain_calls_the_library_from_any_directory(tmp_path, monkeypatch) -> 
             }
         )
     )
+    more = recipe.with_name("tiny_more.yaml")  # the second stage, from the first's export
+    more.write_text("base: tiny.yaml\nname: tiny_more\nseed: 1\n")
+    stages = [recipe, more]
     predictor = TrainConfig(
         epochs=1, prefixes_per_trace=2, hidden=16, depth=1, cond_hidden=8, val_samples=2
     )
@@ -79,14 +84,20 @@ def test_retrain_calls_the_library_from_any_directory(tmp_path, monkeypatch) -> 
     elsewhere.mkdir()
     monkeypatch.chdir(elsewhere)
     out = tmp_path / "results"
-    policy = retrain(out, recipe=recipe, predictor=predictor, ppo_recipe=None)
-    assert policy == out / "retrained" / "tiny.pt"
+    policy = retrain(out, recipe=recipe, predictor=predictor, ppo_recipe=stages)
+    assert policy == out / "retrained" / "tiny_more.pt"
+    first = out / "retrained" / "tiny.pt"
+    record = yaml.safe_load((out / "retrained" / "train" / "tiny_more" / RECORD).read_text())
+    assert record["pretrain"]["init_weights"] == str(first)  # stage 2 starts from stage 1
     assert load_policy(policy).meta["env"]["num_nodes"] == SMALL["num_nodes"]
     assert (out / "retrained" / "flow.pt").is_file()
     assert (out / "retrained" / "train" / "tiny_pretrain_bc.pt").is_file()
     assert "checkpoint_" in load_policy(policy).meta["source"]  # the PPO stage's export
     assert not any(elsewhere.iterdir())  # nothing written relative to the cwd
-    assert retrain(out, recipe=recipe, predictor=predictor, ppo_recipe=None) == policy
+    assert retrain(out, recipe=recipe, predictor=predictor, ppo_recipe=stages) == policy
+    more.write_text(more.read_text().replace("seed: 1", "seed: 2"))
+    with pytest.raises(ConfigError, match=r"seed: 1 -> 2"):
+        retrain(out, recipe=recipe, predictor=predictor, ppo_recipe=stages)  # stale stage 2
     recipe.write_text(recipe.read_text().replace("epochs: 1", "epochs: 2"))
     with pytest.raises(ConfigError, match=r"pretrain.epochs: 1 -> 2"):
         retrain(out, recipe=recipe, predictor=predictor, ppo_recipe=None)  # stale clone

@@ -125,6 +125,18 @@ def test_warm_start_weights_reach_the_module(tmp_path: Path) -> None:
     module = make_module(init_weights=str(tmp_path / "w.pt"))
     for a, b in zip(source.net.parameters(), module.net.parameters()):
         assert torch.equal(a, b)
+    # a policy file (`mara export`) serves as well, its header and weights checked
+    from mara_agents.policy import PolicyFileError, save_policy
+
+    policy = save_policy(source.net, tmp_path / "p.pt", {"cluster": {}, "wrapper": "none"})
+    module = make_module(init_weights=str(policy))
+    for a, b in zip(source.net.parameters(), module.net.parameters()):
+        assert torch.equal(a, b)
+    data = torch.load(policy, weights_only=True)
+    data["state_dict"]["slot_enc.0.weight"][0, 0] = float("nan")
+    torch.save(data, tmp_path / "nan.pt")
+    with pytest.raises(PolicyFileError, match="NaN or inf"):
+        make_module(init_weights=str(tmp_path / "nan.pt"))
 
 
 def test_warm_start_export_matches_the_network(tmp_path: Path) -> None:
