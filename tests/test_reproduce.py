@@ -53,8 +53,8 @@ def test_retrain_calls_the_library_from_any_directory(tmp_path, monkeypatch) -> 
     PPO stage from that export, and the predictor trained, all under ``out``; a rerun
     reuses all and a changed recipe is refused."""
     from flow_predictor.train import TrainConfig
-    from mara_agents.policy import load_policy
     from mara_agents.experiment import RECORD
+    from mara_agents.policy import load_policy
     from mara_agents.reproduce import retrain
 
     recipe = tmp_path / "recipes" / "tiny.yaml"
