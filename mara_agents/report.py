@@ -27,8 +27,9 @@ from mara_agents.stats import (
 REFERENCE = "lara"
 
 
-def family_markdown(df: pd.DataFrame) -> list[str]:
-    """Lines of the per-family table of ``summary.md`` (none when there is one family)."""
+def family_markdown(df: pd.DataFrame, reference: str = REFERENCE) -> list[str]:
+    """Lines of the per-family table of ``summary.md`` (none when there is one family),
+    with the paired differences against ``reference`` when it was evaluated."""
     rates = family_rates(df)
     families = list(dict.fromkeys(rates["family"]))
     if len(families) < 2:
@@ -44,16 +45,16 @@ def family_markdown(df: pd.DataFrame) -> list[str]:
         cells = [f"{r:.3f} (n={n})" for r, n in zip(g["rate"], g["tasks"])]
         lines.append(f"| {spec} | {load:g} | " + " | ".join(cells) + " |")
     specs = list(dict.fromkeys(df["scheduler"]))
-    if REFERENCE not in specs or len(specs) < 2:
+    if reference not in specs or len(specs) < 2:
         return lines
     lines += [
         "",
-        f"### Paired difference by trace family vs {REFERENCE} (same tasks; 95% t-interval)",
+        f"### Paired difference by trace family vs {reference} (same tasks; 95% t-interval)",
         "",
         "| scheduler | load | " + " | ".join(families) + " |",
         "|---|---|" + "---|" * len(families),
     ]
-    diffs = family_paired_differences(df, REFERENCE)
+    diffs = family_paired_differences(df, reference)
     for (spec, load), g in diffs.groupby(["scheduler", "load"], sort=False):
         cells = [_fmt(m, h) for m, h in zip(g["diff"], g["ci95"])]
         lines.append(f"| {spec} | {load:g} | " + " | ".join(cells) + " |")
@@ -64,11 +65,12 @@ def _fmt(m: float, h: float) -> str:
     return f"{m:.3f} ± {h:.3f}" if np.isfinite(h) else f"{m:.3f}"
 
 
-def summary_markdown(df: pd.DataFrame) -> str:
-    """The ``summary.md`` text: completion rate and other metrics, and paired differences."""
+def summary_markdown(df: pd.DataFrame, reference: str = REFERENCE) -> str:
+    """The ``summary.md`` text: completion rate and other metrics, and paired differences
+    against ``reference`` (the first scheduler when ``reference`` was not evaluated)."""
     specs = list(dict.fromkeys(df["scheduler"]))
     loads = sorted(df["load"].unique())
-    reference = REFERENCE if REFERENCE in specs else specs[0]
+    reference = reference if reference in specs else specs[0]
     n_eps = df.groupby(["scheduler", "load"]).size().min()
     lines = [
         "# Evaluation summary",
@@ -98,7 +100,7 @@ def summary_markdown(df: pd.DataFrame) -> str:
                 continue
             cells = [_fmt(d.at[(spec, x), "diff"], d.at[(spec, x), "ci95"]) for x in loads]
             lines.append(f"| {spec} | " + " | ".join(cells) + " |")
-    lines += family_markdown(df)
+    lines += family_markdown(df, reference)
     lines += ["", "## Other metrics (mean per episode)", ""]
     cols = ("utilisation", "wasted_node_ticks", "reassignments", "expired", "tasks")
     lines += ["| scheduler | load | " + " | ".join(cols) + " |", "|---|---|" + "---|" * len(cols)]
@@ -109,13 +111,14 @@ def summary_markdown(df: pd.DataFrame) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_outputs(df: pd.DataFrame, out_dir: str | os.PathLike) -> None:
-    """``results.csv``, ``summary.md``, ``completion_vs_load.png``,
-    ``completion_by_family.png`` (with two or more trace families) and ``tb/`` in ``out_dir``."""
+def write_outputs(df: pd.DataFrame, out_dir: str | os.PathLike, reference: str = REFERENCE) -> None:
+    """``results.csv``, ``summary.md`` (paired differences against ``reference``),
+    ``completion_vs_load.png``, ``completion_by_family.png`` (with two or more trace
+    families) and ``tb/`` in ``out_dir``."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     df.to_csv(out / "results.csv", index=False)
-    (out / "summary.md").write_text(summary_markdown(df))
+    (out / "summary.md").write_text(summary_markdown(df, reference))
     plot_completion(df, out / "completion_vs_load.png")
     plot_families(df, out / "completion_by_family.png")
     write_tensorboard(df, out / "tb")

@@ -28,7 +28,7 @@ from mara_agents.registry import (
     make_scheduler,
     resolve,
 )
-from mara_agents.report import write_outputs
+from mara_agents.report import REFERENCE, write_outputs
 from mara_agents.stats import COLUMNS, FAMILY_PREFIXES, METRICS
 from mara_env.config import ClusterConfig
 from mara_env.schedulers import run_episode
@@ -172,13 +172,15 @@ def evaluate(
     out_dir: str | os.PathLike | None = None,
     progress: bool = True,
     address: str | None = None,
+    reference: str = REFERENCE,
 ) -> pd.DataFrame:
     """Run every spec on the same episodes; one row per spec x load x episode.
 
     ``config`` sets the cluster (its ``traces``/``split`` pick the library unless
     ``traces`` is given; its ``load`` is replaced by each of ``loads``).  With
     ``out_dir`` also writes ``results.csv``, ``summary.md``, ``completion_vs_load.png``
-    and TensorBoard scalars under ``tb/`` (see :func:`write_outputs`).
+    and TensorBoard scalars under ``tb/`` (see :func:`write_outputs`; the summary's paired
+    differences are against ``reference``, one of ``specs`` as given).
     With ``address`` the episodes run as Ray tasks on that cluster (``"auto"``, or
     ``host:port`` of a head started with ``ray start --head``); results are identical.
     """
@@ -215,7 +217,7 @@ def evaluate(
     df = df.sort_values("scheduler", key=lambda s: s.map(order), kind="stable")
     df = df.reset_index(drop=True)
     if out_dir is not None:
-        write_outputs(df, out_dir)
+        write_outputs(df, out_dir, reference)
     return df
 
 

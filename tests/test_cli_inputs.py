@@ -43,6 +43,7 @@ EVALUATE += ["--workers", "1", "--horizon", "10", "--no-progress"]
         (["--loads", "1.0,1.5,1"], ["--loads", "'1' is given twice"]),
         (["--schedulers", "lara,edf,lara"], ["--schedulers", "'lara' is given twice"]),
         (["--schedulers", "mara,mara="], ["--schedulers", "'mara=' names the same", "'mara'"]),
+        (["--reference", "edf"], ["--reference", "'edf'", "--schedulers ['uniform']"]),
         (["--seeds", "-1"], ["--seeds", "'-1'", "non-negative integer"]),
         (["--seeds", "0,0"], ["--seeds", "'0' is given twice"]),
         (["--workers", "0"], ["--workers 0", ">= 1"]),
@@ -65,6 +66,17 @@ def test_evaluate_refuses_an_out_that_is_not_a_writable_directory(tmp_path, caps
     refused([*EVALUATE, "--out", UNWRITABLE], capsys, f"--out {UNWRITABLE}: cannot write")
     assert afile.read_text() == "keep me"
     assert [p.name for p in tmp_path.iterdir()] == ["results.csv"]
+
+
+def test_evaluate_pairs_against_the_reference(tmp_path, capsys):
+    out = tmp_path / "out"
+    argv = [*EVALUATE, "--schedulers", "edf,uniform", "--episodes", "3", "--out", str(out)]
+    assert main([*argv, "--reference", "uniform"]) == 0
+    summary = (out / "summary.md").read_text()
+    assert "## Paired difference vs uniform" in summary and "| edf | " in summary
+    assert "| uniform | " not in summary.split("## Paired difference vs uniform")[1].split("##")[0]
+    assert main(argv) == 0  # lara (the default) not evaluated: against the first given
+    assert "## Paired difference vs edf" in (out / "summary.md").read_text()
 
 
 def test_evaluate_runs_into_a_new_nested_out(tmp_path, capsys):

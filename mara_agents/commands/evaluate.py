@@ -2,8 +2,9 @@
 
 Writes OUT/results.csv (one row per scheduler x load x episode, with tasks and
 completions per trace family), OUT/summary.md (mean ± 95% CI per scheduler and load,
-paired differences vs LARA, both also per trace family), OUT/completion_vs_load.png,
-OUT/completion_by_family.png and TensorBoard scalars under OUT/tb.
+paired differences vs LARA or --reference, both also per trace family), OUT/completion_vs_load.png,
+OUT/completion_by_family.png and TensorBoard scalars under OUT/tb.  --reference picks the
+scheduler the paired differences are taken against (LARA by default).
 
 Example:
   mara evaluate --schedulers lara,edf,uniform,random,oracle --loads 1.0,1.5,2.0 \\
@@ -57,6 +58,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "own as package.module.Class, importable from PYTHONPATH) or PREFIX=ARG (an "
         "env-driven agent, e.g. mara=POLICY.pt); see docs/baselines.md",
     )
+    parser.add_argument(
+        "--reference",
+        default="lara",
+        help="the scheduler of --schedulers (as written there) that summary.md's paired "
+        "differences are taken against",
+    )
     parser.add_argument("--loads", default="1.0,1.5,2.0", help="comma-separated load factors")
     parser.add_argument("--episodes", type=int, default=30, help="episodes per load and seed")
     parser.add_argument(
@@ -87,6 +94,11 @@ def checked_args(args: argparse.Namespace) -> dict[str, Any]:
             raise checks.UsageError(
                 f"--schedulers: {spec!r} names the same scheduler as {same!r}; give each once"
             )
+    if args.reference != "lara" and args.reference not in specs:
+        raise checks.UsageError(
+            f"--reference: {args.reference!r} is not one of --schedulers {specs}; expected "
+            "one of them, written as there"
+        )
     if args.address is not None:
         from mara_agents.extras import require
 
@@ -104,6 +116,7 @@ def checked_args(args: argparse.Namespace) -> dict[str, Any]:
         address=args.address,
         out_dir=args.out,
         progress=not args.no_progress,
+        reference=args.reference,
     )
 
 
@@ -119,6 +132,6 @@ def run(args: argparse.Namespace) -> int:
     except (SpecError, ConfigError, TraceError, ValueError) as exc:
         print(f"mara evaluate: error: {exc}", file=sys.stderr)
         return 2
-    print(summary_markdown(df))
+    print(summary_markdown(df, args.reference))
     print(f"wrote {args.out}/results.csv, summary.md, completion_vs_load.png, tb/")
     return 0
