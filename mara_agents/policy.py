@@ -188,6 +188,11 @@ def _read(path: Path) -> dict[str, Any]:
             f"{path}: not a readable policy file (torch.load failed with {type(exc).__name__}: "
             "truncated, or another kind of file?); expected a file written by `mara export`"
         ) from None
+    return _checked(path, data)
+
+
+def _checked(path: Path, data: Any) -> dict[str, Any]:
+    """``data`` (loaded from ``path``) once its header is a policy file's."""
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise PolicyFileError(f"{path}: not a MARA policy file (no {FORMAT!r} header)")
     if data.get("version") != VERSION:
@@ -286,7 +291,7 @@ def warm_start_weights(path: str | Path) -> dict[str, torch.Tensor]:
     path = Path(path)
     data = torch.load(path, map_location="cpu", weights_only=True)
     if isinstance(data, dict) and data.get("format") == FORMAT:
-        return _network(path, _read(path)).state_dict()
+        return _network(path, _checked(path, data)).state_dict()
     return data
 
 

@@ -100,7 +100,7 @@ def retrain(
     weights = pretrain(exp, root / "train" / f"{exp.name}_pretrain.pt", resume=True)
     start = "the clone"
     for path in stages:
-        weights = _ppo_stage(load_experiment(path), path, weights, start, root)
+        weights = _ppo_stage(path, weights, start, root)
         start = weights.name
     cfg = dataclasses.replace(predictor or SHIPPED_RECIPE, out=str(root / "flow.pt"))
     print(f"   predictor: flow matching on the {cfg.split} split -> {cfg.out}", flush=True)
@@ -109,11 +109,12 @@ def retrain(
     return weights
 
 
-def _ppo_stage(stage: Experiment, path: Path, weights: Path, start: str, root: Path) -> Path:
-    """The PPO stage of ``stage`` (the YAML at ``path``) from ``weights``, exported to
+def _ppo_stage(path: Path, weights: Path, start: str, root: Path) -> Path:
+    """The PPO stage of the YAML at ``path`` from ``weights``, exported to
     ``root/<name>.pt`` (reused when its record says it was trained from the same settings)."""
-    from mara_agents.experiment import RECORD, check_unchanged
+    from mara_agents.experiment import RECORD, check_unchanged, load_experiment
 
+    stage = load_experiment(path)
     policy = root / f"{stage.name}.pt"
     ppo = dataclasses.replace(
         stage,

@@ -60,9 +60,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--reference",
-        default="lara",
+        default=None,
         help="the scheduler of --schedulers (as written there) that summary.md's paired "
-        "differences are taken against",
+        "differences are taken against (default: lara when evaluated, else the first)",
     )
     parser.add_argument("--loads", default="1.0,1.5,2.0", help="comma-separated load factors")
     parser.add_argument("--episodes", type=int, default=30, help="episodes per load and seed")
@@ -86,6 +86,7 @@ def checked_args(args: argparse.Namespace) -> dict[str, Any]:
     """The keyword arguments of :func:`mara_agents.runner.evaluate`, every value checked."""
     from mara_agents.commands import checks
     from mara_agents.registry import resolve
+    from mara_agents.report import REFERENCE
 
     specs, loads, seeds = checks.run_lists(args)
     for i, spec in enumerate(specs):
@@ -94,7 +95,7 @@ def checked_args(args: argparse.Namespace) -> dict[str, Any]:
             raise checks.UsageError(
                 f"--schedulers: {spec!r} names the same scheduler as {same!r}; give each once"
             )
-    if args.reference != "lara" and args.reference not in specs:
+    if args.reference is not None and args.reference not in specs:
         raise checks.UsageError(
             f"--reference: {args.reference!r} is not one of --schedulers {specs}; expected "
             "one of them, written as there"
@@ -116,13 +117,13 @@ def checked_args(args: argparse.Namespace) -> dict[str, Any]:
         address=args.address,
         out_dir=args.out,
         progress=not args.no_progress,
-        reference=args.reference,
+        reference=args.reference or REFERENCE,
     )
 
 
 def run(args: argparse.Namespace) -> int:
     from mara_agents.registry import SpecError
-    from mara_agents.report import summary_markdown
+    from mara_agents.report import REFERENCE, summary_markdown
     from mara_agents.runner import evaluate
     from mara_env.config import ConfigError
     from mara_env.traces import TraceError
@@ -132,6 +133,6 @@ def run(args: argparse.Namespace) -> int:
     except (SpecError, ConfigError, TraceError, ValueError) as exc:
         print(f"mara evaluate: error: {exc}", file=sys.stderr)
         return 2
-    print(summary_markdown(df, args.reference))
+    print(summary_markdown(df, args.reference or REFERENCE))
     print(f"wrote {args.out}/results.csv, summary.md, completion_vs_load.png, tb/")
     return 0
