@@ -83,6 +83,11 @@ def _predictor_digest(env_config: dict[str, Any]) -> str | None:
     from flow_predictor.checkpoint import SHIPPED_CHECKPOINT
 
     path = (env_config.get("wrapper_options") or {}).get("path") or SHIPPED_CHECKPOINT
+    return file_digest(path)
+
+
+def file_digest(path: str | Path) -> str:
+    """SHA-256 of a file's bytes, as hex."""
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 

@@ -42,6 +42,8 @@ DEFAULT_LOADS = (1.0, 1.5, 2.0)
 # stages of PPO_RECIPES in turn, each from the previous one's weights.
 RECIPE = Path(__file__).resolve().parents[1] / "experiments" / "mara.yaml"
 PPO_RECIPES = (RECIPE.with_name("mara_group.yaml"), RECIPE.with_name("mara_group_more.yaml"))
+# Beside each PPO stage's run: the SHA-256 of the weights the stage started from.
+ORIGIN = "init_weights.sha256"
 
 
 def _step(title: str) -> float:
@@ -66,7 +68,8 @@ def retrain(
     then the PPO stage of each YAML of ``ppo_recipe`` in turn (``None``: of ``recipe``), the
     first from the clone, each later one from the weights (critic included) of the one
     before, each for its YAML's ``stop`` budget.  Every stage's final checkpoint is exported
-    to ``out/retrained/<name>.pt`` (an existing export is reused) and the last one's policy
+    to ``out/retrained/<name>.pt`` (an existing export is reused when its recipe and its
+    starting weights are unchanged, refused otherwise) and the last one's policy
     file returned.  PPO stages that stop on wall-clock time with two sampling processes
     land near, not on, the shipped weights.  The policy observes through the shipped flow
     checkpoint, as the shipped policy does; the retrained predictor (``predictor``'s
@@ -113,6 +116,7 @@ def _ppo_stage(path: Path, weights: Path, start: str, root: Path) -> Path:
     """The PPO stage of the YAML at ``path`` from ``weights``, exported to
     ``root/<name>.pt`` (reused when its record says it was trained from the same settings)."""
     from mara_agents.experiment import RECORD, check_unchanged, load_experiment
+    from mara_agents.policy import file_digest
 
     stage = load_experiment(path)
     policy = root / f"{stage.name}.pt"
@@ -122,12 +126,20 @@ def _ppo_stage(path: Path, weights: Path, start: str, root: Path) -> Path:
         checkpoint=dataclasses.replace(stage.checkpoint, at_end=True),
     )
     record = root / "train" / stage.name / RECORD
+    origin = root / "train" / stage.name / ORIGIN  # the digest of the weights it began from
     if policy.is_file() and record.is_file():
         check_unchanged(ppo, record)  # the recipe's PPO settings are those of the export
+        if origin.is_file() and origin.read_text().strip() != file_digest(weights):
+            raise ConfigError(
+                f"{policy} was trained from other weights than {weights} holds now (the "
+                f"stage before it was retrained); expected its starting weights unchanged: "
+                f"delete {policy} to retrain this stage from them"
+            )
         print(f"   policy: reusing {policy}", flush=True)
     else:
         print(f"   policy: PPO from {start} ({path}), stop {stage.stop}", flush=True)
         _train_and_export(ppo, root / "train", policy)
+        origin.write_text(file_digest(weights) + "\n")
     return policy
 
 

@@ -51,7 +51,7 @@ def test_no_default_output_is_inside_the_package() -> None:
 def test_retrain_calls_the_library_from_any_directory(tmp_path, monkeypatch) -> None:
     """The recipe is cloned, trained with PPO from the clone and exported, then with a second
     PPO stage from that export, and the predictor trained, all under ``out``; a rerun
-    reuses all and a changed recipe is refused."""
+    reuses all, and a changed recipe or a retrained earlier stage is refused."""
     from flow_predictor.train import TrainConfig
     from mara_agents.experiment import RECORD
     from mara_agents.policy import load_policy
@@ -95,6 +95,10 @@ def test_retrain_calls_the_library_from_any_directory(tmp_path, monkeypatch) -> 
     assert "checkpoint_" in load_policy(policy).meta["source"]  # the PPO stage's export
     assert not any(elsewhere.iterdir())  # nothing written relative to the cwd
     assert retrain(out, recipe=recipe, predictor=predictor, ppo_recipe=stages) == policy
+    first.unlink()  # stage 1 retrains, so stage 2's export no longer follows from it
+    with pytest.raises(ConfigError, match=r"tiny_more.pt was trained from other weights"):
+        retrain(out, recipe=recipe, predictor=predictor, ppo_recipe=stages)
+    assert first.is_file() and policy.is_file()  # nothing lost
     more.write_text(more.read_text().replace("seed: 1", "seed: 2"))
     with pytest.raises(ConfigError, match=r"seed: 1 -> 2"):
         retrain(out, recipe=recipe, predictor=predictor, ppo_recipe=stages)  # stale stage 2
