@@ -5,9 +5,9 @@ MARA against LARA and the other baselines at loads 1.0/1.5/2.0 on the same episo
 and writes OUT/summary.md, CSVs, plots (completion vs load, predictor error vs prefix
 fraction, an example episode's allocation) and TensorBoard logs.  About 3-6 minutes on
 2 cores.  --full first retrains the predictor and the shipped policy's recipe from the
-experiment YAMLs (behaviour cloning, then two PPO stages of about 40 minutes each; about
-two hours more on 2 cores; needs the rllib extra; resumable stage by stage) and evaluates
-the retrained policy too.
+experiment YAMLs (behaviour cloning, then three PPO stages of 40-45 minutes each; about
+two and a half hours more on 2 cores; needs the rllib extra; resumable stage by stage)
+and evaluates the retrained policy too.
 """
 
 from __future__ import annotations
