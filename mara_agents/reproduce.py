@@ -117,7 +117,7 @@ def retrain(
 
 def _ppo_stage(path: Path, weights: Path, start: str, root: Path) -> Path:
     """The PPO stage of the YAML at ``path`` from ``weights``, exported to
-    ``root/<name>.pt`` (reused when its record says it was trained from the same settings)."""
+    ``root/<name>.pt`` (reused when it was trained from the same settings and weights)."""
     from mara_agents.experiment import RECORD, check_unchanged, load_experiment
     from mara_agents.policy import file_digest
 

@@ -123,16 +123,17 @@ def checked_args(args: argparse.Namespace) -> dict[str, Any]:
 
 def run(args: argparse.Namespace) -> int:
     from mara_agents.registry import SpecError
-    from mara_agents.report import REFERENCE, summary_markdown
+    from mara_agents.report import summary_markdown
     from mara_agents.runner import evaluate
     from mara_env.config import ConfigError
     from mara_env.traces import TraceError
 
     try:
-        df = evaluate(**checked_args(args))
+        kwargs = checked_args(args)
+        df = evaluate(**kwargs)
     except (SpecError, ConfigError, TraceError, ValueError) as exc:
         print(f"mara evaluate: error: {exc}", file=sys.stderr)
         return 2
-    print(summary_markdown(df, args.reference or REFERENCE))
+    print(summary_markdown(df, kwargs["reference"]))
     print(f"wrote {args.out}/results.csv, summary.md, completion_vs_load.png, tb/")
     return 0
