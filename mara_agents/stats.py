@@ -25,6 +25,10 @@ METRICS = (
 COLUMNS = ("scheduler", "load", "episode", "seed", "completion_rate", *METRICS, "base_seed")
 # then, per trace family F of the library: tasks_F, completed_F (ClusterSim.metrics)
 FAMILY_PREFIXES = ("tasks_", "completed_")
+# An episode is its load, base seed and own seed: the same for every scheduler, and the
+# same in two results tables whatever other base seeds each ran (the ``episode`` column
+# counts on across base seeds, so it differs between ``--seeds 0,1`` and ``--seeds 1``).
+EPISODE_KEY = ["load", "base_seed", "seed"]
 
 
 def mean_ci(values: np.ndarray, level: float = 0.95) -> tuple[float, float]:
@@ -51,14 +55,14 @@ def summarise(df: pd.DataFrame, metric: str = "completion_rate") -> pd.DataFrame
 def paired_differences(
     df: pd.DataFrame, reference: str, metric: str = "completion_rate"
 ) -> pd.DataFrame:
-    """Per scheduler x load: mean of (scheduler - reference) over shared episodes, 95% CI."""
-    key = ["load", "base_seed", "episode"]
-    ref = df[df["scheduler"] == reference].set_index(key)[metric]
+    """Per scheduler x load: mean of (scheduler - reference) over shared episodes, 95% CI
+    (``df`` may pool results tables of several runs: episodes pair by :data:`EPISODE_KEY`)."""
+    ref = df[df["scheduler"] == reference].set_index(EPISODE_KEY)[metric]
     rows = []
     for (spec, load), g in df.groupby(["scheduler", "load"], sort=False):
         if spec == reference:
             continue
-        d = g.set_index(key)[metric] - ref
+        d = g.set_index(EPISODE_KEY)[metric] - ref
         m, h = mean_ci(d.dropna().to_numpy())
         n = int(d.notna().sum())
         rows.append({"scheduler": spec, "load": load, "diff": m, "ci95": h, "n": n})
@@ -91,13 +95,12 @@ def family_paired_differences(df: pd.DataFrame, reference: str) -> pd.DataFrame:
     estimate (linearised: episode e contributes ``(d_e - diff * n_e) / mean(n)``, where
     ``d_e`` is the difference in completed tasks of the family and ``n_e`` their number)."""
     families = _families(df)
-    key = ["load", "base_seed", "episode"]
-    ref = df[df["scheduler"] == reference].set_index(key)
+    ref = df[df["scheduler"] == reference].set_index(EPISODE_KEY)
     rows = []
     for (spec, load), g in df.groupby(["scheduler", "load"], sort=False):
         if spec == reference:
             continue
-        g = g.set_index(key)
+        g = g.set_index(EPISODE_KEY)
         for fam in families:
             n = g[f"tasks_{fam}"].to_numpy(np.float64)
             d = (g[f"completed_{fam}"] - ref.loc[g.index, f"completed_{fam}"]).to_numpy(float)
@@ -110,3 +113,37 @@ def family_paired_differences(df: pd.DataFrame, reference: str) -> pd.DataFrame:
                 {"scheduler": spec, "load": load, "family": fam, "diff": diff, "ci95": half}
             )
     return pd.DataFrame(rows, columns=["scheduler", "load", "family", "diff", "ci95"])
+
+
+def power_above_zero(margin: float, sd: float, episodes: int, level: float = 0.95) -> float:
+    """Chance that a paired t-interval over ``episodes`` episodes lies above zero, when the
+    true mean difference is ``margin`` and one episode's difference has spread ``sd``
+    (one-sided power of the two-sided interval's lower bound; noncentral t)."""
+    from scipy import stats
+
+    if episodes < 2 or sd <= 0:
+        raise ValueError(f"power: episodes={episodes}, sd={sd}; expected >= 2 and > 0")
+    df = episodes - 1
+    crit = stats.t.ppf(0.5 + level / 2, df)
+    return float(stats.nct.sf(crit, df, margin / (sd / np.sqrt(episodes))))
+
+
+def episodes_for_power(
+    margin: float, sd: float, power: float = 0.8, level: float = 0.95, limit: int = 100_000
+) -> int | None:
+    """Fewest episodes whose paired interval lies above zero with chance ``power``
+    (:func:`power_above_zero`); None when ``margin <= 0`` or more than ``limit`` needed."""
+    if margin <= 0:
+        return None
+    lo, hi = 2, 2
+    while power_above_zero(margin, sd, hi, level) < power:
+        if hi >= limit:
+            return None
+        lo, hi = hi, min(2 * hi, limit)
+    while lo < hi:  # smallest n in (lo, hi] with enough power (power grows with n)
+        mid = (lo + hi) // 2
+        if power_above_zero(margin, sd, mid, level) >= power:
+            hi = mid
+        else:
+            lo = mid + 1
+    return hi

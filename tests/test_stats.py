@@ -1,0 +1,89 @@
+"""Statistics of results: paired differences over pooled tables, and the power of a test."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from mara_agents.runner import evaluate
+from mara_agents.stats import (
+    episodes_for_power,
+    family_paired_differences,
+    paired_differences,
+    power_above_zero,
+)
+from mara_env.config import ClusterConfig
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def config(small_config) -> ClusterConfig:
+    return ClusterConfig.from_dict({**small_config, "num_nodes": 6, "num_slots": 16})
+
+
+def test_power_matches_simulated_t_intervals() -> None:
+    from scipy import stats
+
+    rng = np.random.default_rng(0)
+    margin, sd, n = 1.0, 3.7, 30
+    d = margin + sd * rng.standard_normal((20_000, n))
+    lower = d.mean(axis=1) - stats.t.ppf(0.975, n - 1) * d.std(axis=1, ddof=1) / np.sqrt(n)
+    assert power_above_zero(margin, sd, n) == pytest.approx((lower > 0).mean(), abs=0.01)
+    # a larger margin or more episodes give more power; no margin gives the test's 2.5 %
+    assert power_above_zero(2.0, sd, n) > power_above_zero(margin, sd, n)
+    assert power_above_zero(margin, sd, 100) > power_above_zero(margin, sd, n)
+    assert power_above_zero(0.0, sd, n) == pytest.approx(0.025, abs=1e-9)
+
+
+def test_episodes_for_power_is_the_fewest() -> None:
+    n = episodes_for_power(1.0, 3.7)
+    assert power_above_zero(1.0, 3.7, n) >= 0.8 > power_above_zero(1.0, 3.7, n - 1)
+    assert episodes_for_power(50.0, 1.0) == 2
+    assert episodes_for_power(0.0, 3.7) is None and episodes_for_power(-1.0, 3.7) is None
+    assert episodes_for_power(1e-4, 3.7, limit=1000) is None
+    with pytest.raises(ValueError, match="episodes=1"):
+        power_above_zero(1.0, 3.7, 1)
+
+
+def test_tables_of_two_runs_pair_by_episode_seed(config) -> None:
+    """`--seeds 0,1` numbers base seed 1's episodes on from base seed 0's; `--seeds 1`
+    numbers them from 0.  Pooled, the same episodes must still pair."""
+    both = evaluate(["uniform"], [1.0], 3, [0, 1], config, workers=1, progress=False)
+    one = evaluate(["edf"], [1.0], 3, [1], config, workers=1, progress=False)
+    assert set(both[both.base_seed == 1].episode) != set(one.episode)  # numbered differently
+    pooled = pd.concat([both, one], ignore_index=True)
+    diff = paired_differences(pooled, "uniform").set_index("scheduler")
+    u = both[both.base_seed == 1].set_index("seed").completion_rate
+    e = one.set_index("seed").completion_rate
+    assert diff.at["edf", "n"] == 3
+    assert diff.at["edf", "diff"] == pytest.approx((e - u).mean())
+    fam = family_paired_differences(pooled, "uniform")
+    assert len(fam) and fam["diff"].notna().any()
+
+
+def test_paired_power_script(config, tmp_path) -> None:
+    df = evaluate(["uniform", "edf"], [1.0], 4, [0], config, workers=1, progress=False)
+    df.to_csv(tmp_path / "r.csv", index=False)
+    script = ROOT / "benchmarks" / "paired_power.py"
+    args = ["--results", str(tmp_path / "r.csv"), "--reference", "edf", "--at-least", "1"]
+    out = subprocess.run(
+        [sys.executable, str(script), *args, "--scheduler", "uniform"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        check=True,
+    ).stdout
+    assert "uniform - edf" in out and "episodes for 80 %" in out and "P(mean >= 1" in out
+    bad = subprocess.run(
+        [sys.executable, str(script), *args, "--scheduler", "nope"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
+    assert bad.returncode != 0 and "'nope': not in the results tables" in bad.stderr
