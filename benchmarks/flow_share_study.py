@@ -121,13 +121,8 @@ class FlowShareVariant(FlowShare):
         cache = PredictionCache(load_predictor(n_samples=self.samples), self.params.refresh)
         return DeadlineInformed(cache) if self.deadline else cache
 
-    def allocate(self, sim: ClusterSim) -> np.ndarray:
-        order = edf_order(sim)
-        counts = np.zeros(len(sim.status), np.int64)
-        if not len(order):
-            return counts
+    def counts(self, sim: ClusterSim, order: np.ndarray, rw: RemainingWork) -> np.ndarray:
         p = self.params
-        rw = self._predictions.get(sim, order)
         exact = self.exact.get(sim, order)
         src = {"flow": rw, "exact": exact}
         qs = {p.quantile: src[self.sources["want"]].quantiles([p.quantile])[:, 0]}
@@ -135,10 +130,9 @@ class FlowShareVariant(FlowShare):
             qs[p.drop] = src[self.sources["triage"]].quantiles([p.drop])[:, 0]
         rw = RemainingWork(rw.samples, rw.fallback | exact.fallback)
         drop = p.drop or None
-        want, c = flow_share_counts(sim, order, rw, p.quantile, p.slack, drop, qs=qs)
+        want, counts = flow_share_counts(sim, order, rw, p.quantile, p.slack, drop, qs=qs)
         if self.contended is not None and want.sum() > sim.config.num_nodes:
-            _, c = flow_share_counts(sim, order, rw, self.contended, p.slack, drop)
-        counts[order] = c
+            _, counts = flow_share_counts(sim, order, rw, self.contended, p.slack, drop)
         return counts
 
 

@@ -255,9 +255,13 @@ class FlowShare(Scheduler):
     def allocate(self, sim: ClusterSim) -> np.ndarray:
         order = edf_order(sim)
         counts = np.zeros(len(sim.status), np.int64)
-        if not len(order):
-            return counts
-        p = self.params
-        rw = self._predictions.get(sim, order)
-        _, counts[order] = flow_share_counts(sim, order, rw, p.quantile, p.slack, p.drop or None)
+        if len(order):
+            counts[order] = self.counts(sim, order, self._predictions.get(sim, order))
         return counts
+
+    def counts(self, sim: ClusterSim, order: np.ndarray, rw: RemainingWork) -> np.ndarray:
+        """Nodes for each task of ``order`` (active tasks, deadline order), whose
+        predictions are ``rw``: :func:`flow_share_counts` with this scheduler's parameters
+        (the one place a variant of the rule changes)."""
+        p = self.params
+        return flow_share_counts(sim, order, rw, p.quantile, p.slack, p.drop or None)[1]
