@@ -299,9 +299,15 @@ def accuracy(episodes: int, load: float, split: str) -> pd.DataFrame:
 
 def main() -> None:
     p = argparse.ArgumentParser(
-        description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    p.add_argument("--study", choices=("rule", "room"), default="rule", help="which comparison")
+    p.add_argument(
+        "--study",
+        choices=("rule", "room"),
+        default="rule",
+        help="rule: how flow_share's defaults were chosen (default); room: what exact "
+        "remaining work would gain and what recovers it (see above)",
+    )
     p.add_argument("--episodes", type=int, default=30, help="episodes per load")
     p.add_argument("--loads", default="1.0", help="comma-separated load factors")
     p.add_argument("--split", default="val", help="trace split (never tune on test)")

@@ -1,6 +1,6 @@
 """How many episodes does a comparison need?  Paired differences, their spread and power.
 
-How to run:   python benchmarks/paired_power.py --results runs/a/results.csv [more.csv ...] \
+How to run:   python benchmarks/paired_power.py --results runs/a/results.csv [more.csv ...]
                   --scheduler mara --reference uniform [--episodes 30]
 
 Reads one or more results tables of `mara evaluate` (pooled; episodes pair by load, base
@@ -78,7 +78,7 @@ def power_table(
 
 def main() -> None:
     p = argparse.ArgumentParser(
-        description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     p.add_argument("--results", nargs="+", required=True, help="results.csv of mara evaluate")
     p.add_argument("--scheduler", required=True, help="the spec compared, as in the tables")
