@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import sys
+from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -16,6 +20,15 @@ SMALL = {
     "traces": TRACES,
     "split": os.environ.get("MARA_TEST_SPLIT", "train"),
 }
+
+
+def load_script(path: Path) -> ModuleType:
+    """Import a script of a folder that is not a package (``examples/``, ``benchmarks/``)."""
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[path.stem] = module  # dataclasses look their module up while the class is built
+    spec.loader.exec_module(module)
+    return module
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

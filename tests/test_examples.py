@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -16,16 +14,14 @@ pytest.importorskip(
 )
 from stable_baselines3.common.env_checker import check_env  # noqa: E402
 
+from tests.conftest import load_script  # noqa: E402
+
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
 
 def load_example(name: str):
-    """Import ``examples/<name>.py`` (the folder is not a package)."""
-    spec = importlib.util.spec_from_file_location(name, EXAMPLES / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses look their module up while the class is built
-    spec.loader.exec_module(module)
-    return module
+    """Import ``examples/<name>.py``."""
+    return load_script(EXAMPLES / f"{name}.py")
 
 
 @pytest.fixture(scope="module")

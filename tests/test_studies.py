@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import numpy as np
@@ -13,13 +12,11 @@ from mara_env.cluster import ClusterSim
 from mara_env.config import ClusterConfig
 from mara_env.schedulers import edf_order, run_episode
 from mara_env.traces import load_traces
+from tests.conftest import load_script
 
 pytest.importorskip("torch")
 
-ROOT = Path(__file__).resolve().parents[1]
-spec = importlib.util.spec_from_file_location("study", ROOT / "benchmarks" / "flow_share_study.py")
-study = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(study)
+study = load_script(Path(__file__).resolve().parents[1] / "benchmarks" / "flow_share_study.py")
 
 
 @pytest.fixture
