@@ -26,10 +26,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from mara_agents.export import export_checkpoint
-from mara_agents.policy import load_policy
-from mara_agents.runner import evaluate
-from mara_agents.stats import mean_ci
+from mara_agents.evaluation.runner import evaluate
+from mara_agents.evaluation.stats import mean_ci
+from mara_agents.policy.runtime import load_policy
+from mara_agents.training.export import export_checkpoint
 from mara_env.config import ClusterConfig
 
 

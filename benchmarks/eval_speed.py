@@ -2,7 +2,7 @@
 
 How to run:   python benchmarks/eval_speed.py [--episodes 20] [--workers 1]
                   [--specs lara,edf,flow_share,mara] [--traces FILE]
-Runs ``mara_agents.runner.evaluate`` without writing outputs and prints episodes/s per
+Runs ``mara_agents.evaluation.runner.evaluate`` without writing outputs and prints episodes/s per
 spec (schedulers use the simulator fast path; ``mara`` is driven through the env and the
 flow wrapper, and decodes each round at once).  Then times the shipped policy on the rounds
 of one episode: a round decoded at once, as the harness acts, against node by node, one
@@ -18,14 +18,14 @@ import time
 import numpy as np
 import torch
 
-from mara_agents.runner import evaluate
+from mara_agents.evaluation.runner import evaluate
 from mara_env.config import ClusterConfig
 
 
 def policy_forward(config: ClusterConfig, seed: int = 0) -> None:
     """Per-round cost of the shipped policy: one round decoded at once (as the harness
     acts) vs node by node, one observation per call, on the rounds of one episode."""
-    from mara_agents.policy import MaraAgent
+    from mara_agents.policy.runtime import MaraAgent
     from mara_env.cluster_env import raw_env
 
     agent = MaraAgent()

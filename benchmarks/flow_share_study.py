@@ -48,8 +48,8 @@ import pandas as pd
 from flow_predictor.flow_share import FlowShare, TrueRemaining, flow_share_counts
 from flow_predictor.remaining import PredictionCache, RemainingWork
 from mara_agents.baselines import LARA
-from mara_agents.registry import make_scheduler
-from mara_agents.runner import episode_seed
+from mara_agents.evaluation.registry import make_scheduler
+from mara_agents.evaluation.runner import episode_seed
 from mara_env.cluster import ClusterSim
 from mara_env.config import ClusterConfig
 from mara_env.schedulers import Scheduler, edf_order, run_episode

@@ -4,7 +4,7 @@ How to run::
 
     python benchmarks/initial_policy.py [--episodes 8] [--biases 0,2,4,6] [--split val]
 
-Each row: a freshly initialised :class:`~mara_agents.rl_module.MaraRoundModule` (seed 0,
+Each row: a freshly initialised :class:`~mara_agents.training.rl_module.MaraRoundModule` (seed 0,
 ``experiments/mara_scratch.yaml``'s model, no predictor features) sampling its actions, on
 the same episodes (16 nodes, the YAML's slots, load 1.0), decoded round by round for all episodes
 at once.  ``stay`` is the fraction of decisions of nodes that had a visible task in which
@@ -19,9 +19,9 @@ import time
 import numpy as np
 import torch
 
-from mara_agents.experiment import load_experiment
-from mara_agents.rl_module import MaraRoundModule
-from mara_agents.rounds import decode
+from mara_agents.policy.rounds import decode
+from mara_agents.training.experiment import load_experiment
+from mara_agents.training.rl_module import MaraRoundModule
 from mara_env.round_env import RoundEnv
 
 

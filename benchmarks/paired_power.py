@@ -23,7 +23,7 @@ import argparse
 import numpy as np
 import pandas as pd
 
-from mara_agents.stats import EPISODE_KEY, episodes_for_power, mean_ci, power_above_zero
+from mara_agents.evaluation.stats import EPISODE_KEY, episodes_for_power, mean_ci, power_above_zero
 
 
 def pooled(paths: list[str]) -> pd.DataFrame:

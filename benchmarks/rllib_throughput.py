@@ -7,7 +7,7 @@ How to run::
 Trains ``experiments/mara_node.yaml`` (node view: one RLlib step per node decision,
 through RLlib's ``PettingZooEnv``) and ``experiments/mara.yaml`` (round view: one step per
 decision round of all 16 nodes; its env runners and PPO settings) through
-:func:`mara_agents.train.train` — what ``mara train`` runs: env runner sampling plus PPO
+:func:`mara_agents.training.train.train` — what ``mara train`` runs: env runner sampling plus PPO
 updates — for ``--seconds`` of training time each, without behaviour cloning or
 checkpoints, 16 nodes, 32 slots, load 1.0, with the chosen wrapper.  The figure is
 node decisions per second of training time divided by the agent-steps/s of the bare AEC
@@ -31,8 +31,8 @@ from typing import Any
 
 import numpy as np
 
-from mara_agents.experiment import Experiment, load_experiment
-from mara_agents.rllib_env import make_wrapped_env
+from flow_predictor.wrapper import make_wrapped_env
+from mara_agents.training.experiment import Experiment, load_experiment
 
 ROOT = Path(__file__).parents[1]
 
@@ -70,7 +70,7 @@ def experiment(path: str, wrapper: str, seconds: float) -> Experiment:
 
 def train_rate(exp: Experiment, out: Path) -> tuple[float, dict[str, Any]]:
     """Node decisions per second of training time of one run, and its last result."""
-    from mara_agents.train import train
+    from mara_agents.training.train import train
 
     grid = train(exp, out=out, verbose=0)
     if grid[0].error:

@@ -12,7 +12,7 @@ import argparse
 import itertools
 import time
 
-from mara_agents.runner import evaluate
+from mara_agents.evaluation.runner import evaluate
 from mara_env.config import ClusterConfig
 
 # margin < 0 shrinks the predicted remaining work (WLS from few noisy reports

@@ -20,7 +20,7 @@ our registered env through ``torchrl.envs.PettingZooWrapper``.
 * **Evaluation.** The greedy policy on ``--eval-episodes`` episodes of the evaluation split
   (seeds ``--eval-seed``, ``--eval-seed`` + 1, …), next to the built-in schedulers of
   ``mara_env.schedulers`` on the same seeds (same seed, same tasks): mean completion rate
-  with the half-width of its 95% t-interval (``mara_agents.stats.mean_ci``).
+  with the half-width of its 95% t-interval (``mara_agents.evaluation.stats.mean_ci``).
 
 The learning curve goes to ``--out`` as CSV with one row per PPO iteration: ``wall_s``
 (seconds since training started), ``frames`` (ticks collected so far), ``episodes``
@@ -76,7 +76,7 @@ from torchrl.modules import MLP, MaskedCategorical, MultiAgentMLP, Probabilistic
 from torchrl.objectives import ClipPPOLoss, ValueEstimators
 
 import mara_env
-from mara_agents.stats import mean_ci
+from mara_agents.evaluation.stats import mean_ci
 from mara_env.schedulers import SCHEDULERS, run_episode
 
 GROUP = "node"  # TorchRL groups agents named "node_<i>" under this key

@@ -36,7 +36,8 @@ from flow_predictor.flow_share import DEFAULTS, flow_share_counts
 from flow_predictor.remaining import PredictionCache, RemainingWorkPredictor
 from flow_predictor.wls import WLSPredictor
 from mara_env.cluster_env import NODE_FEATURES, SLOT_FEATURES
-from mara_env.config import ConfigError
+from mara_env.cluster_env import env as make_aec_env
+from mara_env.config import ClusterConfig, ConfigError
 
 PREDICTOR_FEATURES = (
     "pred_q10",  # log1p(10% quantile of remaining reference ticks) / 2
@@ -201,3 +202,13 @@ def wrap(env: AECEnv, wrapper: str, options: dict[str, Any] | None = None) -> AE
 
         return PredictorFeatures(env, load_predictor(**(options or {})))
     return PredictorFeatures(env, WLSPredictor(**(options or {})))
+
+
+def make_wrapped_env(env_config: dict[str, Any]) -> AECEnv:
+    """The AEC env for ``{"cluster": {...}, "wrapper": ..., "wrapper_options": {...}}``."""
+    cluster = ClusterConfig.from_dict(dict(env_config.get("cluster", {})))
+    return wrap(
+        make_aec_env(config=cluster),
+        env_config.get("wrapper", "none"),
+        env_config.get("wrapper_options"),
+    )

@@ -22,7 +22,7 @@ from mara_env.traces import load_traces
 
 if TYPE_CHECKING:
     from flow_predictor.train import TrainConfig
-    from mara_agents.experiment import Experiment
+    from mara_agents.training.experiment import Experiment
 
 DEFAULT_SPECS = (
     "mara",
@@ -81,9 +81,9 @@ def retrain(
     """
     from flow_predictor.train import SHIPPED_RECIPE
     from flow_predictor.train import train as train_predictor
-    from mara_agents.clone import pretrain
-    from mara_agents.experiment import load_experiment
     from mara_agents.extras import require
+    from mara_agents.training.clone import pretrain
+    from mara_agents.training.experiment import load_experiment
 
     require("rllib")
     if ppo_recipe is None:
@@ -118,8 +118,8 @@ def retrain(
 def _ppo_stage(path: Path, weights: Path, start: str, root: Path) -> Path:
     """The PPO stage of the YAML at ``path`` from ``weights``, exported to
     ``root/<name>.pt`` (reused when it was trained from the same settings and weights)."""
-    from mara_agents.experiment import RECORD, check_unchanged, load_experiment
-    from mara_agents.policy import file_digest
+    from mara_agents.policy.runtime import file_digest
+    from mara_agents.training.experiment import RECORD, check_unchanged, load_experiment
 
     stage = load_experiment(path)
     policy = root / f"{stage.name}.pt"
@@ -148,8 +148,8 @@ def _ppo_stage(path: Path, weights: Path, start: str, root: Path) -> Path:
 
 def _train_and_export(ppo: Experiment, out: Path, policy: Path) -> None:
     """Run a PPO stage (from its init_weights); export its last checkpoint to ``policy``."""
-    from mara_agents.export import export_checkpoint
-    from mara_agents.train import train
+    from mara_agents.training.export import export_checkpoint
+    from mara_agents.training.train import train
 
     result = train(ppo, out=out, verbose=0)[0]
     if result.error or result.checkpoint is None:
@@ -197,8 +197,8 @@ def gantt(config: ClusterConfig, seed: int, specs: Sequence[str], path: Path) ->
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from mara_agents.registry import resolve
-    from mara_agents.runner import run_spec
+    from mara_agents.evaluation.registry import resolve
+    from mara_agents.evaluation.runner import run_spec
 
     traces = load_traces(config.traces, split=config.split)
     runs = [(name, run_spec(resolve(name), config, traces, seed, record=True)) for name in specs]
@@ -231,9 +231,9 @@ def reproduce(
     skip_predictor: bool = False,
 ) -> str:
     """Run the whole evaluation; returns the summary markdown (also in out/summary.md)."""
-    from mara_agents.experiment import check_out
-    from mara_agents.report import summary_markdown
-    from mara_agents.runner import evaluate
+    from mara_agents.evaluation.report import summary_markdown
+    from mara_agents.evaluation.runner import evaluate
+    from mara_agents.training.experiment import check_out
 
     out = check_out(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -272,7 +272,7 @@ def reproduce(
     parts.append("## Task-completion rate (test split)\n\n" + sched_md)
     _done(t)
     t = _step("example episode allocation (Gantt chart)")
-    from mara_agents.runner import episode_seed
+    from mara_agents.evaluation.runner import episode_seed
 
     shown = [s for s in ("mara", "lara") if s in specs] or list(specs[:2])
     gantt(

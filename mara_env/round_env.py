@@ -67,7 +67,7 @@ class RoundEnv(gymnasium.Env):
       ``#{j < i: a_j = s} >= slot_cap[s]``;
     * ``state = observation ++ queue``.
 
-    :class:`mara_agents.rl_module.MaraRoundModule` rebuilds these views inside its
+    :class:`mara_agents.training.rl_module.MaraRoundModule` rebuilds these views inside its
     decoder; a test checks them against the AEC env's ``observe`` at every node.
 
     **Reward**: the team reward of the round (completions plus the shaping term),
@@ -169,3 +169,56 @@ class RoundEnv(gymnasium.Env):
             gymnasium.logger.warn("render() called without a render_mode; pass render_mode='ansi'")
             return None
         return self.engine.render_ansi()
+
+
+class MixedLoadRoundEnv(gymnasium.Env):
+    """Round envs that differ only in their load; each episode runs on the next in turn.
+
+    The envs share spaces, so a policy trains on a mix of loads without knowing which.
+    A seeded reset with seed ``s`` seeds every load's env (from
+    :class:`numpy.random.SeedSequence` children of ``s``) and runs on load
+    ``loads[s % len(loads)]``; each later episode runs on the next load in turn.  The same
+    seed gives the same sequence of episodes, and envs reset with different seeds (such as
+    the groups of :class:`mara_agents.training.group.GroupedEnvRunner`) spread over the loads.
+    :meth:`render` draws the env of the episode under way (its load in the header).
+    """
+
+    metadata = RoundEnv.metadata
+
+    def __init__(self, envs: list[RoundEnv]) -> None:
+        if not envs:
+            raise ValueError("MixedLoadRoundEnv: expected at least one env")
+        self.envs = envs
+        self.observation_space = envs[0].observation_space
+        self.action_space = envs[0].action_space
+        self.loads = [e.engine.config.load for e in envs]
+        modes = {e.render_mode for e in envs}
+        if len(modes) > 1:
+            raise ValueError(f"MixedLoadRoundEnv: the envs' render modes differ: {modes}")
+        self.render_mode = modes.pop()
+        self._next = 0
+        self.current = envs[0]
+
+    def reset(
+        self, *, seed: int | None = None, options: dict | None = None
+    ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+        super().reset(seed=seed)
+        if seed is None:
+            self.current = self.envs[self._next]
+            self._next = (self._next + 1) % len(self.envs)
+            return self.current.reset(options=options)
+        children = np.random.SeedSequence(seed).generate_state(len(self.envs))
+        for env, child in zip(self.envs, children):  # each continues from here on its turn
+            env.reset(seed=int(child), options=options)
+        first = seed % len(self.envs)
+        self.current, self._next = self.envs[first], (first + 1) % len(self.envs)
+        return self.current.observe(), {WORKLOAD_SEED: seed}
+
+    def step(self, action: Any) -> tuple[dict[str, np.ndarray], float, bool, bool, dict[str, Any]]:
+        return self.current.step(action)
+
+    def render(self) -> str | None:
+        frame = self.current.render()
+        if frame is None:
+            return None
+        return f"load {self.current.engine.config.load:g}\n{frame}"

@@ -6,10 +6,11 @@ import numpy as np
 import pytest
 
 from flow_predictor.wls import fit_power_law
-from mara_agents.baselines import ALL_SCHEDULERS, plan_allocation, ticks_needed
+from mara_agents.baselines import ALL_SCHEDULERS
+from mara_agents.baselines.lara import plan_allocation
 from mara_env.cluster_env import _cached_traces
 from mara_env.config import ClusterConfig
-from mara_env.schedulers import SCHEDULERS, run_episode
+from mara_env.schedulers import SCHEDULERS, run_episode, ticks_needed
 
 
 def plan(remaining, time_left, cap, warm=None, num_nodes=4, **kw):

@@ -7,7 +7,7 @@ import pytest
 ray = pytest.importorskip("ray")
 from ray.cluster_utils import Cluster  # noqa: E402
 
-from mara_agents.runner import evaluate  # noqa: E402
+from mara_agents.evaluation.runner import evaluate  # noqa: E402
 from mara_env.config import ClusterConfig  # noqa: E402
 from tests.conftest import SMALL  # noqa: E402
 
@@ -36,8 +36,8 @@ def test_evaluation_on_a_two_node_cluster_matches_local(cluster, tmp_path):
 
 
 def test_smoke_training_on_a_two_node_cluster(cluster, tmp_path):
-    from mara_agents.experiment import load_experiment
-    from mara_agents.train import train
+    from mara_agents.training.experiment import load_experiment
+    from mara_agents.training.train import train
     from tests.test_train import smoke_yaml
 
     exp = load_experiment(smoke_yaml(tmp_path))

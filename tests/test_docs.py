@@ -16,7 +16,7 @@ DOCS = sorted(
 )
 PACKAGES = ("mara_env", "flow_predictor", "mara_agents", "mara_traces")
 TOP = (*PACKAGES, "experiments", "benchmarks", "examples", "tests", "docs")
-# A repository path as docs write it: `mara_agents/train.py`, `experiments/`, `a/{b,c}.py`.
+# A repository path as docs write it: `mara_agents/training/train.py`, `experiments/`, `a/{b,c}.py`.
 PATH = re.compile(rf"(?<![\w./-])((?:{'|'.join(TOP)})/[\w./{{}},*-]*)")
 # A dotted name in backticks or quotes: `mara_env.cluster_env.raw_env`, "pkg.mod:function".
 DOTTED = re.compile(rf"[`\"']((?:{'|'.join(PACKAGES)})(?:[.:]\w+)+)")

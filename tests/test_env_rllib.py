@@ -38,7 +38,8 @@ def test_rllib_wrapper_episode_returns_completions_for_every_agent():
 
 
 def test_mixed_load_round_env_cycles_loads_and_repeats_with_its_seed():
-    from mara_agents.rllib_env import MixedLoadRoundEnv, round_env_creator
+    from mara_agents.training.rllib_env import round_env_creator
+    from mara_env.round_env import MixedLoadRoundEnv
 
     config = {"cluster": dict(SMALL), "wrapper": "none", "loads": [0.5, 2.0]}
 
@@ -66,8 +67,8 @@ def test_mixed_load_round_env_cycles_loads_and_repeats_with_its_seed():
 
 
 def test_mixed_load_round_env_renders_the_episode_under_way():
-    from mara_agents.rllib_env import MixedLoadRoundEnv, round_env_creator
-    from mara_env.round_env import RoundEnv
+    from mara_agents.training.rllib_env import round_env_creator
+    from mara_env.round_env import MixedLoadRoundEnv, RoundEnv
 
     config = {"cluster": dict(SMALL), "wrapper": "none", "loads": [0.5, 2.0]}
     e = round_env_creator({**config, "render_mode": "ansi"})

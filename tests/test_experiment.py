@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from mara_agents.experiment import Experiment, load_experiment, parse_experiment
+from mara_agents.training.experiment import Experiment, load_experiment, parse_experiment
 from mara_env.config import ConfigError
 
 EXPERIMENTS = sorted((Path(__file__).parents[1] / "experiments").glob("mara*.yaml"))
@@ -80,7 +80,7 @@ def test_missing_required_key_and_missing_file(tmp_path: Path) -> None:
 
 
 def test_rllib_overrides_reach_the_ppo_config(tmp_path: Path) -> None:
-    from mara_agents.ppo import build_config
+    from mara_agents.training.ppo import build_config
 
     path = tmp_path / "e.yaml"
     path.write_text(
@@ -105,7 +105,7 @@ def test_an_iteration_without_samples_stops_training_with_a_clear_error() -> Non
     """RLlib only warns when every sample call timed out, then trains on nothing for good."""
     from types import SimpleNamespace
 
-    from mara_agents.ppo import MaraMetrics, SamplingStalled, build_config
+    from mara_agents.training.ppo import MaraMetrics, SamplingStalled, build_config
 
     config = build_config(parse_experiment({**MINIMAL, "view": "round"}), num_env_runners=0)
     algorithm = SimpleNamespace(config=config)
@@ -123,7 +123,7 @@ def test_an_iteration_without_samples_stops_training_with_a_clear_error() -> Non
 def test_init_weights_is_one_warm_start_and_must_exist(tmp_path: Path) -> None:
     import ray
 
-    from mara_agents.train import train
+    from mara_agents.training.train import train
 
     both = {"pretrain": {"init_weights": "w.pt", "episodes": 2, "scheduler": "uniform"}}
     with pytest.raises(ConfigError, match="init_weights and episodes > 0 both set"):
@@ -145,7 +145,7 @@ def test_ablation_files_hold_only_their_difference_from_their_base() -> None:
     """Each derived file is its base with exactly the changes it lists."""
     import dataclasses
 
-    from mara_agents.experiment import AdvantageConfig, CheckpointConfig, PretrainConfig
+    from mara_agents.training.experiment import AdvantageConfig, CheckpointConfig, PretrainConfig
 
     mara, scratch = load("mara"), load("mara_scratch")
 
@@ -326,7 +326,7 @@ def test_unreadable_files_are_named(tmp_path: Path) -> None:
 
 
 def test_out_and_input_files_are_checked(tmp_path: Path) -> None:
-    from mara_agents.experiment import check_inputs, check_out
+    from mara_agents.training.experiment import check_inputs, check_out
 
     file = write(tmp_path / "f", "")
     for out in (file, file / "sub"):
@@ -342,7 +342,7 @@ def test_out_and_input_files_are_checked(tmp_path: Path) -> None:
 def test_resume_refuses_a_changed_experiment(tmp_path: Path) -> None:
     import dataclasses
 
-    from mara_agents.experiment import check_unchanged, write_record
+    from mara_agents.training.experiment import check_unchanged, write_record
 
     exp = parse_experiment({**MINIMAL, "stop": {"training_iteration": 3}})
     record = tmp_path / "run" / "experiment.yaml"
@@ -362,7 +362,7 @@ def test_resume_refuses_a_changed_experiment(tmp_path: Path) -> None:
 
 
 def test_train_loads_reach_the_env_config_and_only_then_the_record() -> None:
-    from mara_agents.experiment import experiment_record
+    from mara_agents.training.experiment import experiment_record
 
     plain = parse_experiment({**MINIMAL, "view": "round"})
     assert "loads" not in plain.env_config() and "train_loads" not in experiment_record(plain)
@@ -372,9 +372,9 @@ def test_train_loads_reach_the_env_config_and_only_then_the_record() -> None:
 
 
 def test_group_advantage_reaches_the_config_and_only_then_the_record() -> None:
-    from mara_agents.experiment import experiment_record
-    from mara_agents.group import GroupedEnvRunner, GroupPPOLearner, group_size
-    from mara_agents.ppo import build_config
+    from mara_agents.training.experiment import experiment_record
+    from mara_agents.training.group import GroupedEnvRunner, GroupPPOLearner, group_size
+    from mara_agents.training.ppo import build_config
 
     plain = parse_experiment({**MINIMAL, "view": "round"})
     assert "advantage" not in experiment_record(plain)

@@ -17,7 +17,7 @@ from flow_predictor.flow_share import (
 )
 from flow_predictor.remaining import MIN_REPORTS, RemainingWork
 from mara_agents.baselines import ALL_SCHEDULERS
-from mara_agents.registry import make_scheduler
+from mara_agents.evaluation.registry import make_scheduler
 from mara_env.cluster import ClusterSim
 from mara_env.cluster_env import _cached_traces
 from mara_env.config import ClusterConfig

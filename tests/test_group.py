@@ -1,4 +1,4 @@
-"""Group-relative advantages (mara_agents.group): seeds, baselines, the learner connector,
+"""Group-relative advantages (mara_agents.training.group): seeds, baselines, the learner connector,
 and a real RLlib iteration on the smoke experiment."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from ray.rllib.core.rl_module.apis.value_function_api import ValueFunctionAPI
 from ray.rllib.env.single_agent_episode import SingleAgentEpisode
 from ray.rllib.evaluation.postprocessing import Postprocessing
 
-from mara_agents.group import (
+from mara_agents.training.group import (
     SEED_KEY,
     GroupRelativeAdvantages,
     group_baselines,
@@ -115,7 +115,7 @@ def test_group_gae_compares_gae_advantages_with_the_group_mates() -> None:
 
 
 def test_envs_reset_with_one_seed_run_one_workload() -> None:
-    from mara_agents.rllib_env import round_env_creator
+    from mara_agents.training.rllib_env import round_env_creator
 
     config = {"cluster": dict(SMALL), "wrapper": "none", "loads": [1.0, 2.0]}
     a, b = round_env_creator(config), round_env_creator(config)
@@ -135,9 +135,9 @@ def test_group_training_runs_whole_episodes_in_groups(tmp_path: Path, estimator:
     episodes come in groups of ``group_size`` that share a seed (so a workload)."""
     import ray
 
-    import mara_agents.group as group
-    from mara_agents.experiment import load_experiment
-    from mara_agents.ppo import build_config
+    import mara_agents.training.group as group
+    from mara_agents.training.experiment import load_experiment
+    from mara_agents.training.ppo import build_config
 
     data = yaml.safe_load((Path(__file__).parents[1] / "experiments/mara_smoke.yaml").read_text())
     data["env"].update(traces=SMALL["traces"], split=SMALL["split"])

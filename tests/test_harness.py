@@ -10,9 +10,9 @@ import pandas as pd
 import pytest
 
 from mara_agents.cli import main
-from mara_agents.registry import SpecError, make_scheduler, register_agent_factory
-from mara_agents.runner import episode_seed, evaluate
-from mara_agents.stats import COLUMNS, family_paired_differences, family_rates
+from mara_agents.evaluation.registry import SpecError, make_scheduler, register_agent_factory
+from mara_agents.evaluation.runner import episode_seed, evaluate
+from mara_agents.evaluation.stats import COLUMNS, family_paired_differences, family_rates
 from mara_env.cluster import ClusterSim
 from mara_env.config import ClusterConfig
 from mara_env.traces import load_traces

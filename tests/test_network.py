@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from mara_agents.network import MaraNet, ModelConfig, ModelError, ObsLayout
+from mara_agents.policy.network import MaraNet, ModelConfig, ModelError, ObsLayout
 from mara_env.cluster_env import NODE_FEATURES, QUEUE_FEATURES, SLOT_FEATURES
 
 K, NODE, SLOT = 5, len(NODE_FEATURES), len(SLOT_FEATURES)

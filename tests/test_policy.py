@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 import torch
 
-from mara_agents.network import MaraNet, ModelConfig
-from mara_agents.policy import (
+from mara_agents.policy.network import MaraNet, ModelConfig
+from mara_agents.policy.runtime import (
     FORMAT,
     SHIPPED_POLICY,
     VERSION,
@@ -183,7 +183,7 @@ def test_evaluating_the_shipped_policy_imports_no_ray(tmp_path: Path) -> None:
         "        '--nodes', '4', '--horizon', '6', '--split', 'train', '--workers', '1',\n"
         f"        '--no-progress', '--out', {str(tmp_path / 'eval')!r}]\n"
         "assert main(argv) == 0\n"
-        "assert 'mara_agents.policy' in sys.modules and 'torch' in sys.modules\n"
+        "assert 'mara_agents.policy.runtime' in sys.modules and 'torch' in sys.modules\n"
         "bad = sorted(m for m in sys.modules if m == 'ray' or m.startswith('ray.'))\n"
         "assert not bad, bad[:5]\n"
     )

@@ -10,7 +10,7 @@ import torch
 
 from flow_predictor.checkpoint import SHIPPED_CHECKPOINT
 from flow_predictor.flow_share import DEFAULTS
-from mara_agents.policy import SHIPPED_POLICY, PolicyFileError, load_policy, save_policy
+from mara_agents.policy.runtime import SHIPPED_POLICY, PolicyFileError, load_policy, save_policy
 
 
 def shipped_with(tmp_path, **changes):

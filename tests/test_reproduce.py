@@ -36,7 +36,7 @@ def test_no_default_output_is_inside_the_package() -> None:
     from flow_predictor.train import TrainConfig
     from mara_agents.cli import COMMANDS, build_parser
     from mara_agents.reproduce import reproduce
-    from mara_agents.train import train
+    from mara_agents.training.train import train
 
     defaults = [("TrainConfig.out", TrainConfig().out)]
     for f in (reproduce, train):
@@ -53,9 +53,9 @@ def test_retrain_calls_the_library_from_any_directory(tmp_path, monkeypatch) -> 
     PPO stage from that export, and the predictor trained, all under ``out``; a rerun
     reuses all, and a changed recipe or a retrained earlier stage is refused."""
     from flow_predictor.train import TrainConfig
-    from mara_agents.experiment import RECORD
-    from mara_agents.policy import load_policy
+    from mara_agents.policy.runtime import load_policy
     from mara_agents.reproduce import retrain
+    from mara_agents.training.experiment import RECORD
 
     recipe = tmp_path / "recipes" / "tiny.yaml"
     recipe.parent.mkdir()

@@ -12,10 +12,10 @@ from gymnasium import spaces
 from ray.rllib.core.columns import Columns
 
 from flow_predictor.wrapper import PREDICTOR_FEATURES
-from mara_agents.export import export_checkpoint
-from mara_agents.network import MaraNet, ModelConfig, ObsLayout
-from mara_agents.policy import MaraAgent, load_policy
-from mara_agents.rl_module import MaraRLModule
+from mara_agents.policy.network import MaraNet, ModelConfig, ObsLayout
+from mara_agents.policy.runtime import MaraAgent, load_policy
+from mara_agents.training.export import export_checkpoint
+from mara_agents.training.rl_module import MaraRLModule
 from mara_env.config import ConfigError
 from tests.test_network import NODE, SLOT, K, random_batch
 
@@ -89,7 +89,7 @@ def test_export_round_trip_matches_the_module(tmp_path: Path) -> None:
 def test_module_fits_the_env_with_and_without_predictor_features(
     wrapper: str, small_config: dict
 ) -> None:
-    from mara_agents.rllib_env import env_creator
+    from mara_agents.training.rllib_env import env_creator
 
     env = env_creator({"cluster": small_config, "wrapper": wrapper})
     space = next(iter(env.observation_spaces.values()))
@@ -110,8 +110,8 @@ def test_module_fits_the_env_with_and_without_predictor_features(
 
 
 def test_warm_start_weights_reach_the_module(tmp_path: Path) -> None:
-    from mara_agents.experiment import parse_experiment
-    from mara_agents.ppo import build_config
+    from mara_agents.training.experiment import parse_experiment
+    from mara_agents.training.ppo import build_config
 
     source = make_module()
     with torch.no_grad():  # differ from make_module()'s seeded init
@@ -126,7 +126,7 @@ def test_warm_start_weights_reach_the_module(tmp_path: Path) -> None:
     for a, b in zip(source.net.parameters(), module.net.parameters()):
         assert torch.equal(a, b)
     # a policy file (`mara export`) serves as well, its header and weights checked
-    from mara_agents.policy import PolicyFileError, save_policy
+    from mara_agents.policy.runtime import PolicyFileError, save_policy
 
     policy = save_policy(source.net, tmp_path / "p.pt", {"cluster": {}, "wrapper": "none"})
     module = make_module(init_weights=str(policy))
@@ -140,8 +140,8 @@ def test_warm_start_weights_reach_the_module(tmp_path: Path) -> None:
 
 
 def test_warm_start_export_matches_the_network(tmp_path: Path) -> None:
-    from mara_agents.experiment import parse_experiment
-    from mara_agents.export import export_warm_start
+    from mara_agents.training.experiment import parse_experiment
+    from mara_agents.training.export import export_warm_start
 
     module = make_module()
     torch.save(module.net.state_dict(), tmp_path / "w.pt")
@@ -155,8 +155,8 @@ def test_warm_start_export_matches_the_network(tmp_path: Path) -> None:
 
 
 def test_pretrain_with_dagger_writes_stages_and_resumes(tmp_path: Path) -> None:
-    from mara_agents.clone import collect_demonstrations, pretrain
-    from mara_agents.experiment import parse_experiment
+    from mara_agents.training.clone import collect_demonstrations, pretrain
+    from mara_agents.training.experiment import parse_experiment
 
     exp = parse_experiment(
         {
@@ -212,18 +212,22 @@ def test_pretrain_with_dagger_writes_stages_and_resumes(tmp_path: Path) -> None:
     assert len(teacher["action"]) == len(driven["action"])  # same episode length (all rounds)
 
 
-def test_export_reads_params_of_runs_made_before_train_py_was_split(tmp_path: Path) -> None:
+@pytest.mark.parametrize("where", [b"mara_agents.train", b"mara_agents.ppo"])
+def test_export_reads_params_of_runs_made_before_the_moves(tmp_path: Path, where: bytes) -> None:
     """A run's params.pkl names the callback and mapping function where they lived then
-    (``mara_agents.train``); export still reads its env config."""
+    (``mara_agents.train`` before train.py was split, ``mara_agents.ppo`` before the
+    training room); export still reads its env config."""
     import pickle
 
-    from mara_agents.export import _env_of
-    from mara_agents.ppo import MaraMetrics, policy_mapping_fn
+    from mara_agents.training.export import _env_of
+    from mara_agents.training.ppo import MaraMetrics, policy_mapping_fn
 
     params = {"callbacks": MaraMetrics, "map": policy_mapping_fn, "env_config": {"wrapper": "wls"}}
-    old = pickle.dumps(params, protocol=0).replace(b"cmara_agents.ppo\n", b"cmara_agents.train\n")
-    assert b"mara_agents.ppo" not in old
-    with pytest.raises(AttributeError):
+    old = pickle.dumps(params, protocol=0).replace(
+        b"cmara_agents.training.ppo\n", b"c" + where + b"\n"
+    )
+    assert b"mara_agents.training.ppo" not in old
+    with pytest.raises((AttributeError, ModuleNotFoundError)):
         pickle.loads(old)
     (tmp_path / "params.pkl").write_bytes(old)
     assert _env_of(tmp_path / "checkpoint_000001") == {"wrapper": "wls"}

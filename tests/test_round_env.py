@@ -24,8 +24,8 @@ def _tensors(obs: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
 def test_same_seed_and_actions_give_the_same_episode_and_node_views(
     small_config: dict, wrapper: str
 ) -> None:
-    from mara_agents.rl_module import round_layout
-    from mara_agents.rounds import flat_views, round_features
+    from mara_agents.policy.rounds import flat_views, round_features
+    from mara_agents.training.rl_module import round_layout
 
     aec = _aec(small_config, wrapper)
     rounds = RoundEnv(_aec(small_config, wrapper))

@@ -10,8 +10,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from mara_agents.runner import evaluate
-from mara_agents.stats import (
+from mara_agents.evaluation.runner import evaluate
+from mara_agents.evaluation.stats import (
     episodes_for_power,
     family_paired_differences,
     paired_differences,

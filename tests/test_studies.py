@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mara_agents.registry import make_scheduler
+from mara_agents.evaluation.registry import make_scheduler
 from mara_env.cluster import ClusterSim
 from mara_env.config import ClusterConfig
 from mara_env.schedulers import edf_order, run_episode

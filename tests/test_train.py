@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from mara_agents.experiment import load_experiment
+from mara_agents.training.experiment import load_experiment
 from tests.conftest import SMALL
 
 ROOT = Path(__file__).parents[1]
@@ -46,11 +46,11 @@ def scalars(trial_dir: Path, pattern: str = "events.out.tfevents.*") -> dict[str
 def test_smoke_trains_logs_and_exports(tmp_path: Path) -> None:
     import ray
 
-    from mara_agents.curves import LEARNER_STATS
-    from mara_agents.export import export_checkpoint
-    from mara_agents.policy import load_policy
-    from mara_agents.ppo import EPISODE_METRICS
-    from mara_agents.train import train
+    from mara_agents.policy.runtime import load_policy
+    from mara_agents.training.curves import LEARNER_STATS
+    from mara_agents.training.export import export_checkpoint
+    from mara_agents.training.ppo import EPISODE_METRICS
+    from mara_agents.training.train import train
 
     exp = load_experiment(smoke_yaml(tmp_path))
     try:
@@ -79,7 +79,7 @@ def test_smoke_trains_logs_and_exports(tmp_path: Path) -> None:
     # learning_curves.csv holds the simulator metrics that Tune's progress.csv lacks
     import pandas as pd
 
-    from mara_agents.curves import write_learning_curves_csv
+    from mara_agents.training.curves import write_learning_curves_csv
 
     curves = pd.read_csv(write_learning_curves_csv(result.path, tmp_path / "curves.csv"))
     assert list(curves["training_iteration"]) == [1]
@@ -96,10 +96,10 @@ def test_round_view_smoke_trains_logs_and_exports(tmp_path: Path) -> None:
     import pandas as pd
     import ray
 
-    from mara_agents.curves import write_learning_curves_csv
-    from mara_agents.export import export_checkpoint
-    from mara_agents.policy import load_policy
-    from mara_agents.train import train
+    from mara_agents.policy.runtime import load_policy
+    from mara_agents.training.curves import write_learning_curves_csv
+    from mara_agents.training.export import export_checkpoint
+    from mara_agents.training.train import train
 
     path = smoke_yaml(tmp_path)
     data = yaml.safe_load(path.read_text())
@@ -138,7 +138,7 @@ def test_stalled_sampling_stops_the_run_with_an_error_naming_the_setting(tmp_pat
     """When every sample call times out RLlib only warns and trains on nothing; we stop."""
     import ray
 
-    from mara_agents.train import train
+    from mara_agents.training.train import train
 
     path = smoke_yaml(tmp_path)
     data = yaml.safe_load(path.read_text())

@@ -114,3 +114,33 @@ def run_lists(args: argparse.Namespace) -> tuple[list[str], list[float], list[in
     if args.workers is not None:
         at_least(args.workers, "--workers", 1)
     return specs, loads, seeds
+
+
+def add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options shared with ``mara simulate``: trace library, split and cluster size."""
+    parser.add_argument(
+        "--traces", default=None, help="trace library file (default: the shipped library)"
+    )
+    parser.add_argument(
+        "--split", default="test", help="trace split: train, val, test or all (held-out: test)"
+    )
+    parser.add_argument("--nodes", type=int, default=16, help="number of compute nodes N")
+    parser.add_argument("--horizon", type=int, default=120, help="ticks during which tasks arrive")
+
+
+def cluster_from_args(args: argparse.Namespace, loads: list[float], option: str) -> tuple:
+    """The cluster of the shared options, checked at each of ``loads`` (given as
+    ``option``), and its traces, loaded now so that a bad library stops the command before
+    any episode runs."""
+    from mara_env.config import ClusterConfig, ConfigError
+    from mara_env.traces import load_traces
+
+    config = ClusterConfig(
+        traces=args.traces, split=args.split, num_nodes=args.nodes, horizon=args.horizon
+    )
+    for load in loads:
+        try:
+            config.replace(load=load)
+        except ConfigError as exc:
+            raise UsageError(f"{option}: {exc}") from None
+    return config, load_traces(config.traces, split=config.split)

@@ -56,7 +56,7 @@ def _trial(arg: str) -> tuple[str, Path]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from mara_agents.curves import compare_runs
+    from mara_agents.training.curves import compare_runs
 
     try:
         runs = [_trial(a) for a in args.runs]

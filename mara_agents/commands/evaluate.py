@@ -18,36 +18,7 @@ import argparse
 import sys
 from typing import Any
 
-
-def add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
-    """Options shared with ``mara simulate``: trace library, split and cluster size."""
-    parser.add_argument(
-        "--traces", default=None, help="trace library file (default: the shipped library)"
-    )
-    parser.add_argument(
-        "--split", default="test", help="trace split: train, val, test or all (held-out: test)"
-    )
-    parser.add_argument("--nodes", type=int, default=16, help="number of compute nodes N")
-    parser.add_argument("--horizon", type=int, default=120, help="ticks during which tasks arrive")
-
-
-def cluster_from_args(args: argparse.Namespace, loads: list[float], option: str) -> tuple:
-    """The cluster of the shared options, checked at each of ``loads`` (given as
-    ``option``), and its traces, loaded now so that a bad library stops the command before
-    any episode runs."""
-    from mara_agents.commands.checks import UsageError
-    from mara_env.config import ClusterConfig, ConfigError
-    from mara_env.traces import load_traces
-
-    config = ClusterConfig(
-        traces=args.traces, split=args.split, num_nodes=args.nodes, horizon=args.horizon
-    )
-    for load in loads:
-        try:
-            config.replace(load=load)
-        except ConfigError as exc:
-            raise UsageError(f"{option}: {exc}") from None
-    return config, load_traces(config.traces, split=config.split)
+from mara_agents.commands import checks
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -69,7 +40,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--seeds", default="0", help="comma-separated base seeds (episodes run for each)"
     )
-    add_cluster_arguments(parser)
+    checks.add_cluster_arguments(parser)
     parser.add_argument(
         "--workers", type=int, default=None, help="worker processes (default: all CPU cores)"
     )
@@ -83,10 +54,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def checked_args(args: argparse.Namespace) -> dict[str, Any]:
-    """The keyword arguments of :func:`mara_agents.runner.evaluate`, every value checked."""
-    from mara_agents.commands import checks
-    from mara_agents.registry import resolve
-    from mara_agents.report import REFERENCE
+    """The keyword arguments of :func:`~mara_agents.evaluation.runner.evaluate`, checked."""
+    from mara_agents.evaluation.registry import resolve
+    from mara_agents.evaluation.report import REFERENCE
 
     specs, loads, seeds = checks.run_lists(args)
     for i, spec in enumerate(specs):
@@ -104,7 +74,7 @@ def checked_args(args: argparse.Namespace) -> dict[str, Any]:
         from mara_agents.extras import require
 
         require("rllib")
-    config, traces = cluster_from_args(args, loads, "--loads")
+    config, traces = checks.cluster_from_args(args, loads, "--loads")
     checks.check_output_dir(args.out)
     return dict(
         specs=specs,
@@ -122,9 +92,9 @@ def checked_args(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from mara_agents.registry import SpecError
-    from mara_agents.report import summary_markdown
-    from mara_agents.runner import evaluate
+    from mara_agents.evaluation.registry import SpecError
+    from mara_agents.evaluation.report import summary_markdown
+    from mara_agents.evaluation.runner import evaluate
     from mara_env.config import ConfigError
     from mara_env.traces import TraceError
 

@@ -2,7 +2,7 @@
 
 The file holds the network weights, its hyper-parameters, the observation layout, the
 env config it was trained on and a versioned header; load it with
-``mara_agents.policy.load_policy(path)`` (no Ray runtime needed) or evaluate it with
+``mara_agents.policy.runtime.load_policy(path)`` (no Ray runtime needed) or evaluate it with
 ``mara evaluate --schedulers mara=POLICY.pt``.  A behaviour-cloning warm start
 (``OUT/<name>_pretrain.pt``) is exported the same way with ``--experiment FILE.yaml``.
 """
@@ -31,9 +31,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from mara_agents.experiment import load_experiment
-    from mara_agents.export import export_checkpoint, export_warm_start
-    from mara_agents.policy import load_policy
+    from mara_agents.policy.runtime import load_policy
+    from mara_agents.training.experiment import load_experiment
+    from mara_agents.training.export import export_checkpoint, export_warm_start
 
     if Path(args.checkpoint).is_file():
         if not args.experiment:

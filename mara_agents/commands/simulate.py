@@ -13,7 +13,6 @@ import argparse
 import sys
 
 from mara_agents.commands import checks
-from mara_agents.commands.evaluate import add_cluster_arguments, cluster_from_args
 
 COLUMNS = ("completion_rate", "utilisation", "wasted_node_ticks", "reassignments", "expired")
 
@@ -25,20 +24,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--load", type=float, default=1.0, help="load factor rho")
     parser.add_argument("--episodes", type=int, default=5, help="number of episodes")
     parser.add_argument("--seed", type=int, default=0, help="base seed")
-    add_cluster_arguments(parser)
+    checks.add_cluster_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:
-    from mara_agents.registry import SpecError
-    from mara_agents.runner import evaluate
-    from mara_agents.stats import mean_ci
+    from mara_agents.evaluation.registry import SpecError
+    from mara_agents.evaluation.runner import evaluate
+    from mara_agents.evaluation.stats import mean_ci
     from mara_env.config import ConfigError
     from mara_env.traces import TraceError
 
     try:
         episodes = checks.at_least(args.episodes, "--episodes", 1)
         seed = checks.at_least(args.seed, "--seed", 0)
-        config, traces = cluster_from_args(args, [args.load], "--load")
+        config, traces = checks.cluster_from_args(args, [args.load], "--load")
         df = evaluate(
             [args.scheduler],
             [args.load],

@@ -44,13 +44,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from mara_agents.experiment import load_experiment
+    from mara_agents.training.experiment import load_experiment
     from mara_env.config import ConfigError
 
     try:
         exp = load_experiment(args.experiment)
         if args.pretrain_only:
-            from mara_agents.clone import pretrain
+            from mara_agents.training.clone import pretrain
 
             if exp.pretrain.episodes <= 0:
                 raise ConfigError(
@@ -64,8 +64,8 @@ def run(args: argparse.Namespace) -> int:
                 "--out P.pt"
             )
             return 0
-        from mara_agents.curves import plot_learning_curves, write_learning_curves_csv
-        from mara_agents.train import train
+        from mara_agents.training.curves import plot_learning_curves, write_learning_curves_csv
+        from mara_agents.training.train import train
 
         grid = train(
             exp,

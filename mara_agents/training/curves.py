@@ -1,6 +1,6 @@
 """Learning-curve output of a training run: TensorBoard, CSV and a plot.
 
-* :class:`MaraTensorBoard`, a Tune ``LoggerCallback`` that :func:`mara_agents.train.train`
+* :class:`MaraTensorBoard`, a Tune ``LoggerCallback`` that :func:`mara_agents.training.train.train`
   passes to the run, writes :func:`tensorboard_scalars` of every training iteration into
   an event file of the trial's directory (``events.out.tfevents.*.mara``), one tag scheme
   ``mara/...``, step = node decisions so far: the simulator's episode metrics
@@ -23,7 +23,7 @@ import numpy as np
 from ray.rllib.core import ALL_MODULES
 from ray.tune.logger import LoggerCallback
 
-from mara_agents.report import ScalarWriter
+from mara_agents.scalars import ScalarWriter
 
 CURVES = (
     ("env_runners/mara/completion_rate", "completion rate (train episodes)"),
@@ -33,8 +33,8 @@ CURVES = (
 
 # The learner's statistics (of the one policy module) written as ``mara/learner/<name>``.
 LEARNER_STATS = ("policy_loss", "vf_loss", "entropy", "mean_kl_loss", "vf_explained_var")
-# ... and with a group-relative advantage (mara_agents.group): the fraction of steps without
-# a group mate, and the spread of the episodes' returns, overall and within groups.
+# ... and with a group-relative advantage (mara_agents.training.group): the fraction of steps
+# without a group mate, and the spread of the episodes' returns, overall and within groups.
 GROUP_STATS = ("group_fallback", "return_std", "return_std_in_group")
 
 
@@ -92,7 +92,7 @@ def _result_rows(trial_dir: str | Path) -> list[dict[str, Any]]:
 def write_learning_curves_csv(trial_dir: str | Path, path: str | Path) -> Path:
     """One row per training iteration: ``training_iteration``, ``time_total_s``,
     ``num_env_steps_sampled_lifetime``, ``node_decisions`` and ``node_decisions_per_s``
-    (:class:`~mara_agents.ppo.MaraMetrics`) and every simulator metric logged under
+    (:class:`~mara_agents.training.ppo.MaraMetrics`) and every simulator metric logged under
     ``env_runners/mara/`` (empty where no episode ended in that iteration).
 
     Tune's own ``progress.csv`` fixes its columns at the first iteration, before any episode

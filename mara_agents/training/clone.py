@@ -19,15 +19,15 @@ from typing import Any
 import numpy as np
 import torch
 
-from mara_agents.experiment import (
+from flow_predictor.wrapper import make_wrapped_env
+from mara_agents.policy.network import MASKED_LOGIT, MaraNet, ObsLayout, model_config_from
+from mara_agents.training.experiment import (
     Experiment,
     check_inputs,
     check_out,
     check_unchanged,
     write_record,
 )
-from mara_agents.network import MASKED_LOGIT, MaraNet, ObsLayout, model_config_from
-from mara_agents.rllib_env import make_wrapped_env
 
 # What the warm start depends on: a change to any of these makes its saved stages stale.
 PRETRAIN_SECTIONS = ("seed", "env", "wrapper", "wrapper_options", "model", "pretrain")
@@ -42,7 +42,7 @@ def collect_demonstrations(
     the policy acts greedily, the teacher only labels the states the policy reaches, and
     ``"taken"`` holds the policy's own actions.
     """
-    from mara_agents.registry import make_scheduler
+    from mara_agents.evaluation.registry import make_scheduler
     from mara_env.schedulers import SchedulerAgent
 
     env = make_wrapped_env(exp.env_config())

@@ -11,7 +11,7 @@ they may come from a base file)::
     wrapper_options: {...}    # keyword arguments of the predictor (FlowPredictor / WLSPredictor)
     view: node                # node: one RLlib step per node decision (AEC env);
                               # round: one step per decision round of all nodes (RoundEnv)
-    model: {...}              # ModelConfig keys (mara_agents.network.ModelConfig)
+    model: {...}              # ModelConfig keys (mara_agents.policy.network.ModelConfig)
     pretrain: {...}           # behaviour-cloning warm start (PretrainConfig), optional
     stop: {...}               # training_iteration | time_total_s | env_steps
     rllib: {method: {key: value}}  # overrides passed to PPOConfig.<method>(**kwargs)
@@ -47,7 +47,7 @@ from flow_predictor.wrapper import WRAPPERS
 from mara_env.config import ClusterConfig, ConfigError
 
 # PPOConfig methods an experiment may pass overrides to; the env, module, multi-agent
-# mapping and callbacks are set by mara_agents.ppo from the other sections.
+# mapping and callbacks are set by mara_agents.training.ppo from the other sections.
 RLLIB_METHODS = (
     "env_runners",
     "training",
@@ -91,7 +91,7 @@ class PretrainConfig:
 
 
 # PPO's advantage estimators: RLlib's GAE with the critic, or a group-relative baseline of
-# episodes that share a workload (mara_agents.group): returns, or GAE advantages, compared.
+# episodes that share a workload (mara_agents.training.group): returns, or GAE advantages, compared.
 ESTIMATORS = ("gae", "group", "group_gae")
 
 
@@ -100,7 +100,7 @@ class AdvantageConfig:
     """How PPO estimates advantages: ``gae`` (RLlib's, with ``lambda_``), ``group`` or
     ``group_gae`` (round view: envs run in groups of ``group_size`` that share each
     workload; an episode's baseline is its group mates' return, or its GAE advantage is
-    taken relative to theirs; see :mod:`mara_agents.group`)."""
+    taken relative to theirs; see :mod:`mara_agents.training.group`)."""
 
     estimator: str = "gae"
     group_size: int = 8  # envs per group (group only); num_envs_per_env_runner must divide
@@ -136,7 +136,7 @@ class Experiment:
     path: str | None = None
 
     def env_config(self) -> dict[str, Any]:
-        """The ``env_config`` handed to :func:`mara_agents.rllib_env.env_creator`."""
+        """The ``env_config`` handed to :func:`mara_agents.training.rllib_env.env_creator`."""
         cluster = {f.name: getattr(self.env, f.name) for f in dataclasses.fields(ClusterConfig)}
         config = {
             "cluster": cluster,
@@ -303,7 +303,7 @@ RLLIB_RULES: dict[str, dict[str, Rule]] = {
 
 
 def _model_config() -> type:
-    from mara_agents.network import ModelConfig
+    from mara_agents.policy.network import ModelConfig
 
     return ModelConfig
 
@@ -476,7 +476,7 @@ def parse_experiment(data: Any, where: str = "experiment") -> Experiment:
             "expected one warm start (a state dict to load, or a teacher to clone)"
         )
     if pretrain.episodes > 0:
-        from mara_agents.registry import SpecError, make_scheduler
+        from mara_agents.evaluation.registry import SpecError, make_scheduler
 
         try:
             make_scheduler(pretrain.scheduler)

@@ -3,9 +3,10 @@
 Episode ``i`` at load ``rho`` under base seed ``s`` uses the seed
 :func:`episode_seed` ``(s, rho, i)`` for every spec (common random numbers), so paired
 differences between schedulers are meaningful and results do not depend on the number
-of worker processes.  Specs are resolved by :mod:`mara_agents.registry` and checked
+of worker processes.  Specs are resolved by :mod:`mara_agents.evaluation.registry` and checked
 before any episode runs; :func:`evaluate` returns the results table of
-:mod:`mara_agents.stats` and can write the reports of :mod:`mara_agents.report`.
+:mod:`mara_agents.evaluation.stats` and can write the reports of
+:mod:`mara_agents.evaluation.report`.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from mara_agents.registry import (
+from mara_agents.evaluation.registry import (
     Agent,
     check_spec,
     is_agent_spec,
@@ -28,8 +29,8 @@ from mara_agents.registry import (
     make_scheduler,
     resolve,
 )
-from mara_agents.report import REFERENCE, write_outputs
-from mara_agents.stats import COLUMNS, FAMILY_PREFIXES, METRICS
+from mara_agents.evaluation.report import REFERENCE, write_outputs
+from mara_agents.evaluation.stats import COLUMNS, FAMILY_PREFIXES, METRICS
 from mara_env.config import ClusterConfig
 from mara_env.schedulers import run_episode
 from mara_env.traces import TraceSet, load_traces

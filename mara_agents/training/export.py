@@ -1,7 +1,7 @@
 """Export a trained policy to a policy file: from an RLlib checkpoint or a warm start.
 
 The file format, its loader and the runtime that acts with it are in
-:mod:`mara_agents.policy` (torch only); this module reads RLlib's checkpoint layout.
+:mod:`mara_agents.policy.runtime` (torch only); this module reads RLlib's checkpoint layout.
 """
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ import numpy as np
 import torch
 from ray.rllib.core import DEFAULT_MODULE_ID
 
-from mara_agents.experiment import Experiment
-from mara_agents.network import MaraNet, ObsLayout, model_config_from
-from mara_agents.policy import save_policy
-from mara_agents.rl_module import SHARED_MODULE_ID, round_layout
+from mara_agents.policy.network import MaraNet, ObsLayout, model_config_from
+from mara_agents.policy.runtime import save_policy
+from mara_agents.training.experiment import Experiment
+from mara_agents.training.rl_module import SHARED_MODULE_ID, round_layout
 from mara_env.cluster_env import QUEUE_FEATURES
 
 
@@ -42,18 +42,27 @@ def _module_dir(checkpoint: Path) -> Path:
     )
 
 
-# Where names that runs pickled have moved since (mara_agents.train was split by job).
+# Where names that runs pickled have moved since: train.py was split by job
+# (MaraMetrics and policy_mapping_fn went to ppo.py), then mara_agents was split into rooms.
 MOVED = {
-    ("mara_agents.train", "MaraMetrics"): "mara_agents.ppo",
-    ("mara_agents.train", "policy_mapping_fn"): "mara_agents.ppo",
+    ("mara_agents.train", "MaraMetrics"): "mara_agents.training.ppo",
+    ("mara_agents.train", "policy_mapping_fn"): "mara_agents.training.ppo",
+}
+MOVED_MODULES = {
+    f"mara_agents.{name}": f"mara_agents.training.{name}"
+    for name in ("ppo", "group", "rl_module", "rllib_env", "curves", "train", "clone")
+} | {
+    "mara_agents.network": "mara_agents.policy.network",
+    "mara_agents.policy": "mara_agents.policy.runtime",
 }
 
 
 class _Unpickler(pickle.Unpickler):
-    """Reads params.pkl of runs made before a name moved (:data:`MOVED`)."""
+    """Reads params.pkl of runs made before a name moved (:data:`MOVED`, :data:`MOVED_MODULES`)."""
 
     def find_class(self, module: str, name: str) -> Any:
-        return super().find_class(MOVED.get((module, name), module), name)
+        moved = MOVED.get((module, name)) or MOVED_MODULES.get(module, module)
+        return super().find_class(moved, name)
 
 
 def _env_of(checkpoint: Path) -> dict[str, Any]:

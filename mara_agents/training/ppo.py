@@ -10,7 +10,7 @@
   :func:`decisions_per_step` converts RLlib steps into node decisions.
 * :class:`MaraMetrics` (the RLlib callback) adds the simulator's :data:`EPISODE_METRICS`
   to the training result (``env_runners/mara/``), and node decisions (``mara/``);
-  :mod:`mara_agents.curves` writes them to TensorBoard and the learning curves.
+  :mod:`mara_agents.training.curves` writes them to TensorBoard and the learning curves.
 """
 
 from __future__ import annotations
@@ -24,10 +24,15 @@ from ray.rllib.callbacks.callbacks import RLlibCallback
 from ray.rllib.core.rl_module.multi_rl_module import MultiRLModuleSpec
 from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 
-from mara_agents.experiment import Experiment
-from mara_agents.group import ESTIMATOR_KEY, GROUP_SIZE_KEY, GroupedEnvRunner, GroupPPOLearner
-from mara_agents.rl_module import SHARED_MODULE_ID, MaraRLModule, MaraRoundModule
-from mara_agents.rllib_env import ROUND_ENV_ID, register
+from mara_agents.training.experiment import Experiment
+from mara_agents.training.group import (
+    ESTIMATOR_KEY,
+    GROUP_SIZE_KEY,
+    GroupedEnvRunner,
+    GroupPPOLearner,
+)
+from mara_agents.training.rl_module import SHARED_MODULE_ID, MaraRLModule, MaraRoundModule
+from mara_agents.training.rllib_env import ROUND_ENV_ID, register
 from mara_env.config import ConfigError
 
 # Episode metrics (from the simulator) logged per episode, averaged per iteration.

@@ -10,12 +10,12 @@ A policy file is ``torch.save`` of a plain dict (loaded with ``weights_only=True
      "predictor_sha256": "<flow checkpoint digest>" | None,
      "flow_share": {...FlowShareParams of the pred_nodes_needed / pred_share features...} | None}
 
-:func:`load_policy` checks a file and rebuilds :class:`~mara_agents.network.MaraNet` from
+:func:`load_policy` checks a file and rebuilds :class:`~mara_agents.policy.network.MaraNet` from
 it (every defect is a :class:`PolicyFileError` naming the file, and so is a predictor
 checkpoint or flow_share rule that differs from the recorded ones: the features would
 mean something else; a file without the record loads with a warning); :class:`MaraPolicy` acts
 on one observation dict; :class:`MaraAgent` drives the PettingZoo env for the evaluation
-harness (``reset(env, seed)`` / ``act(env, agent)``).  :mod:`mara_agents.export` writes
+harness (``reset(env, seed)`` / ``act(env, agent)``).  :mod:`mara_agents.training.export` writes
 policy files from training checkpoints.
 """
 
@@ -32,8 +32,8 @@ import numpy as np
 import torch
 
 from flow_predictor.wrapper import PREDICTOR_FEATURES, WRAPPERS, wrap
-from mara_agents.network import MaraNet, ModelConfig, ObsLayout
-from mara_agents.rounds import decode
+from mara_agents.policy.network import MaraNet, ModelConfig, ObsLayout
+from mara_agents.policy.rounds import decode
 from mara_env.cluster_env import NODE_FEATURES, QUEUE_FEATURES, SLOT_FEATURES
 
 FORMAT = "mara-policy"
@@ -42,7 +42,7 @@ FORMAT = "mara-policy"
 # 3: MaraNet encodes the slots once per round and adds the per-node features in its head
 # (v2 weights belong to the network that encoded the slots per node).
 VERSION = 3
-SHIPPED_POLICY = Path(__file__).parent / "policies" / "mara_v10.pt"
+SHIPPED_POLICY = Path(__file__).parent / "shipped" / "mara_v10.pt"
 REQUIRED_KEYS = ("layout", "model", "wrapper", "state_dict")
 
 

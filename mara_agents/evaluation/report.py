@@ -1,28 +1,25 @@
 """Reports of evaluation results: ``summary.md``, plots and TensorBoard scalars.
 
-:func:`write_outputs` writes everything :func:`mara_agents.runner.evaluate` leaves in its
-output directory, from the results table (:mod:`mara_agents.stats`).  Its event-file
-writer, :class:`ScalarWriter`, also writes training's TensorBoard scalars
-(:mod:`mara_agents.curves`).
+:func:`write_outputs` writes everything :func:`mara_agents.evaluation.runner.evaluate` leaves in its
+output directory, from the results table (:mod:`mara_agents.evaluation.stats`).
 """
 
 from __future__ import annotations
 
 import os
-import time
-from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from mara_agents.stats import (
+from mara_agents.evaluation.stats import (
     METRICS,
     family_paired_differences,
     family_rates,
     paired_differences,
     summarise,
 )
+from mara_agents.scalars import ScalarWriter
 
 REFERENCE = "lara"
 
@@ -178,36 +175,6 @@ def plot_families(df: pd.DataFrame, path: str | os.PathLike) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
-
-
-class ScalarWriter:
-    """An event file of TensorBoard scalars in ``log_dir``.
-
-    Written with the ``tensorboard`` package's own event writer: ``tensorboardX`` and
-    ``torch.utils.tensorboard`` would import torch.
-    """
-
-    def __init__(self, log_dir: str | os.PathLike, filename_suffix: str = "") -> None:
-        from tensorboard.summary.writer.event_file_writer import EventFileWriter
-
-        self._writer = EventFileWriter(str(log_dir), filename_suffix=filename_suffix)
-
-    def add(self, step: int, scalars: Mapping[str, float]) -> None:
-        """One event at ``step`` holding every ``tag: value`` of ``scalars``."""
-        from tensorboard.compat.proto.event_pb2 import Event
-        from tensorboard.compat.proto.summary_pb2 import Summary
-
-        values = [Summary.Value(tag=tag, simple_value=float(v)) for tag, v in scalars.items()]
-        event = Event(wall_time=time.time(), step=step, summary=Summary(value=values))
-        self._writer.add_event(event)
-
-    def flush(self) -> None:
-        """Write the pending events to the file."""
-        self._writer.flush()
-
-    def close(self) -> None:
-        """Flush and close the file."""
-        self._writer.close()
 
 
 def write_tensorboard(df: pd.DataFrame, log_dir: str | os.PathLike) -> None:

@@ -1,9 +1,9 @@
 """Run (or resume) a MARA training experiment under Ray Tune.
 
 :func:`train` checks an experiment's inputs, runs the behaviour-cloning warm start
-(:mod:`mara_agents.clone`) when the experiment asks for one, and runs or resumes the Tune
-experiment of its PPO config (:mod:`mara_agents.ppo`), with the ``mara/`` TensorBoard
-logger (:mod:`mara_agents.curves`) next to Tune's own; it returns the result grid.
+(:mod:`mara_agents.training.clone`) when the experiment asks for one, and runs or resumes the Tune
+experiment of its PPO config (:mod:`mara_agents.training.ppo`), with the ``mara/`` TensorBoard
+logger (:mod:`mara_agents.training.curves`) next to Tune's own; it returns the result grid.
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from pathlib import Path
 import ray
 from ray import tune
 
-from mara_agents.clone import pretrain
-from mara_agents.curves import MaraTensorBoard
-from mara_agents.experiment import (
+from mara_agents.training.clone import pretrain
+from mara_agents.training.curves import MaraTensorBoard
+from mara_agents.training.experiment import (
     RECORD,
     Experiment,
     check_inputs,
@@ -23,8 +23,8 @@ from mara_agents.experiment import (
     check_unchanged,
     write_record,
 )
-from mara_agents.ppo import build_config
-from mara_agents.rllib_env import register
+from mara_agents.training.ppo import build_config
+from mara_agents.training.rllib_env import register
 from mara_env.config import ConfigError
 
 

@@ -20,11 +20,11 @@ The network is split the way the Multi-Agent Transformer splits encoder and deco
   context; masked actions get :data:`MASKED_LOGIT`.
 
 :meth:`MaraNet.logits` is the node-by-node view (one flat observation per row, as the AEC
-env shows it); :mod:`mara_agents.rounds` decodes a whole round with one ``encode``.  The
+env shows it); :mod:`mara_agents.policy.rounds` decodes a whole round with one ``encode``.  The
 critic is a separate small network on the global ``state``.
 
-Torch only (no ray): :mod:`mara_agents.policy` runs it from a policy file, and
-:mod:`mara_agents.rl_module` adapts it to RLlib for training.
+Torch only (no ray): :mod:`mara_agents.policy.runtime` runs it from a policy file, and
+:mod:`mara_agents.training.rl_module` adapts it to RLlib for training.
 """
 
 from __future__ import annotations

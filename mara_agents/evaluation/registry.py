@@ -188,5 +188,5 @@ def _scheduler_agent(name: str) -> Agent:
 register_agent_factory("env", _scheduler_agent, check=make_scheduler)
 # the learned policy: ``mara=POLICY.pt``, or plain ``mara`` for the shipped policy
 register_agent_factory(
-    "mara", "mara_agents.policy:make_agent", check="mara_agents.policy:check_policy"
+    "mara", "mara_agents.policy.runtime:make_agent", check="mara_agents.policy.runtime:check_policy"
 )

@@ -1,4 +1,4 @@
-"""Baseline schedulers: LARA, the oracle, least-slack greedy (and the registry of all).
+"""LARA and the oracle: WLS-predicted work, explore-then-exploit, EDF with infeasible dropping.
 
 LARA (Wang, Yu, Zhao, Zhou, ICML 2024) reconstructed for discrete nodes with warm-up:
 every task's loss curve is fitted online by a discounted ridge weighted-least-squares
@@ -17,11 +17,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from flow_predictor.flow_share import FlowShare
 from flow_predictor.wls import fit_power_law
 from mara_env.cluster import ClusterSim
 from mara_env.schedulers import (
-    SCHEDULERS,
     Scheduler,
     edf_order,
     fill_in_order,
@@ -158,7 +156,7 @@ def explore_counts(sim: ClusterSim, tasks: np.ndarray, reports: int) -> np.ndarr
     return fill_in_order(sim, exploring, np.full(len(exploring), share))
 
 
-class _WLSScheduler(Scheduler):
+class WLSScheduler(Scheduler):
     """A scheduler that explores new tasks, then plans with LARA's online WLS predictions."""
 
     def __init__(
@@ -176,7 +174,7 @@ class _WLSScheduler(Scheduler):
         self.predictor.reset()
 
 
-class LARA(_WLSScheduler):
+class LARA(WLSScheduler):
     """LARA: WLS power-law prediction, explore-then-exploit, EDF with infeasible dropping."""
 
     name = "lara"
@@ -214,122 +212,3 @@ class Oracle(LARA):
 
     def remaining(self, sim: ClusterSim, tasks: np.ndarray) -> np.ndarray:
         return sim.remaining_true(tasks)
-
-
-class LeastSlack(_WLSScheduler):
-    """Least slack first: slack = time to deadline - predicted ticks at the cap (WLS).
-
-    Tasks with non-negative slack get their cap in slack order, then the others; new
-    tasks first explore exactly as under LARA.
-    """
-
-    name = "least_slack"
-
-    def allocate(self, sim: ClusterSim) -> np.ndarray:
-        order = edf_order(sim)
-        counts = explore_counts(sim, order, self.explore_reports)
-        rest = order[counts[order] == 0]
-        wl = sim.workload
-        ticks = ticks_needed(
-            self.predictor.remaining(sim, rest),
-            wl.cap[rest],
-            warm_nodes(sim, rest),
-            wl.rate[rest],
-            wl.alpha[rest],
-        )
-        slack = wl.deadline[rest] - sim.t - ticks
-        rank = np.lexsort((slack, slack < 0))
-        left = sim.config.num_nodes - int(counts.sum())
-        for k in rest[rank]:
-            if left <= 0:
-                break
-            counts[k] = min(int(wl.cap[k]), left)
-            left -= counts[k]
-        return counts
-
-
-class Optimus(Scheduler):
-    """Optimus-style greedy marginal gain (Peng et al., EuroSys 2018), deadline-blind.
-
-    Remaining work from the ``1/(a w + b) + c`` fit of :mod:`flow_predictor.optimus`
-    (refitted every ``refit_every`` reports; it is a nonlinear fit).  After LARA's
-    exploration, every predictable task gets one node (shortest predicted remaining time
-    first), then each further node goes to the task whose predicted remaining time
-    ``R / (r n**alpha)`` (+1 tick if the node must warm up) drops the most.
-    """
-
-    name = "optimus"
-
-    def __init__(self, explore_reports: int = 3, refit_every: int = 5) -> None:
-        self.explore_reports = int(explore_reports)
-        self.refit_every = max(int(refit_every), 1)
-
-    def reset(self, sim: ClusterSim, rng: np.random.Generator) -> None:
-        super().reset(sim, rng)
-        self._cache: dict[int, tuple[int, float]] = {}
-
-    def remaining(self, sim: ClusterSim, tasks: np.ndarray) -> np.ndarray:
-        """Predicted remaining work (inf: never reaches its target by the fit)."""
-        from flow_predictor.optimus import OptimusPredictor
-
-        counts = [len(sim.hist_work[k]) for k in tasks]
-        stale = [
-            i
-            for i, (k, n) in enumerate(zip(tasks, counts))
-            if int(k) not in self._cache or n - self._cache[int(k)][0] >= self.refit_every
-        ]
-        if stale:
-            ks = tasks[stale]
-            pred = OptimusPredictor().predict(
-                [np.asarray(sim.hist_work[k]) for k in ks],
-                [np.asarray(sim.hist_loss[k]) for k in ks],
-                sim.workload.target[ks],
-            )
-            for k, i, r in zip(ks, stale, pred.samples[:, 0]):
-                # Work done since the fit counts against the predicted remaining work.
-                self._cache[int(k)] = (counts[i], float(r) + float(sim.work[k]))
-        total = np.array([self._cache[int(k)][1] for k in tasks])
-        return np.maximum(np.nan_to_num(total, nan=np.inf) - sim.work[tasks], 0.0)
-
-    def allocate(self, sim: ClusterSim) -> np.ndarray:
-        order = edf_order(sim)
-        counts = explore_counts(sim, order, self.explore_reports)
-        rest = order[counts[order] == 0]
-        left = sim.config.num_nodes - int(counts.sum())
-        if not len(rest) or left <= 0:
-            return counts
-        wl = sim.workload
-        rem = self.remaining(sim, rest)
-        warm = warm_nodes(sim, rest)
-        rate, alpha, cap = wl.rate[rest], wl.alpha[rest], wl.cap[rest]
-
-        def time_left(n: np.ndarray) -> np.ndarray:
-            with np.errstate(divide="ignore", invalid="ignore"):
-                return rem / (rate * np.maximum(n, 1) ** alpha) + (n > warm)
-
-        n = np.zeros(len(rest), np.int64)
-        finite = np.isfinite(rem)
-        for i in np.flatnonzero(finite)[np.argsort(time_left(np.ones(len(rest)))[finite])]:
-            if left <= 0:
-                break
-            n[i], left = 1, left - 1
-        while left > 0:
-            gain = np.where(finite & (n > 0) & (n < cap), time_left(n) - time_left(n + 1), -np.inf)
-            i = int(np.argmax(gain))
-            if not np.isfinite(gain[i]):
-                break
-            n[i] += 1
-            left -= 1
-        spread(n, cap, left)
-        counts[rest] = n
-        return counts
-
-
-ALL_SCHEDULERS: dict[str, type[Scheduler]] = {
-    **SCHEDULERS,
-    LARA.name: LARA,
-    Oracle.name: Oracle,
-    LeastSlack.name: LeastSlack,
-    Optimus.name: Optimus,
-    FlowShare.name: FlowShare,
-}

@@ -1,4 +1,4 @@
-"""A :class:`~mara_agents.network.MaraNet` acting on whole decision rounds (torch, no ray).
+"""A :class:`~mara_agents.policy.network.MaraNet` acting on whole decision rounds (torch, no ray).
 
 A round observation is what :class:`mara_env.round_env.RoundEnv` returns: the node rows,
 the slot rows before anyone chose, the queue, the slot each node served in the last tick
@@ -13,15 +13,15 @@ node) and runs the network on it:
   batched call (what PPO trains on);
 * :func:`round_value`: the centralized critic, once per round.
 
-:class:`mara_agents.rl_module.MaraRoundModule` trains through these; the evaluation
-harness's :class:`mara_agents.policy.MaraAgent` acts through :func:`decode`.
+:class:`mara_agents.training.rl_module.MaraRoundModule` trains through these; the evaluation
+harness's :class:`mara_agents.policy.runtime.MaraAgent` acts through :func:`decode`.
 """
 
 from __future__ import annotations
 
 import torch
 
-from mara_agents.network import MINE_INDEX, MaraNet, ObsLayout
+from mara_agents.policy.network import MINE_INDEX, MaraNet, ObsLayout
 
 Obs = dict[str, torch.Tensor]
 

@@ -1,4 +1,5 @@
-"""MARA's policy as RLlib modules: :class:`~mara_agents.network.MaraNet` on the new API stack.
+"""MARA's policy as RLlib modules: :class:`~mara_agents.policy.network.MaraNet` on the new API
+stack.
 
 Two views of one network (the same weights act identically in both):
 
@@ -10,9 +11,9 @@ Two views of one network (the same weights act identically in both):
   ``< i``, as in the AEC env: the Multi-Agent Transformer's decoder; the slots are
   encoded once per round), returns the joint action and its log-probability (the sum
   over nodes), and is trained with teacher forcing (all N nodes' logits in one batched
-  call given the round's actions).  The decoding itself is :mod:`mara_agents.rounds`.
+  call given the round's actions).  The decoding itself is :mod:`mara_agents.policy.rounds`.
 
-The network itself is plain torch in :mod:`mara_agents.network`, so acting from a policy
+The network itself is plain torch in :mod:`mara_agents.policy.network`, so acting from a policy
 file needs no ray.
 """
 
@@ -27,16 +28,16 @@ from ray.rllib.core.distribution.torch.torch_distribution import TorchMultiCateg
 from ray.rllib.core.rl_module.apis.value_function_api import ValueFunctionAPI
 from ray.rllib.core.rl_module.torch import TorchRLModule
 
-from mara_agents.network import MaraNet, ObsLayout, model_config_from
-from mara_agents.policy import warm_start_weights
-from mara_agents.rounds import decode, round_value, teacher_forced_logits
+from mara_agents.policy.network import MaraNet, ObsLayout, model_config_from
+from mara_agents.policy.rounds import decode, round_value, teacher_forced_logits
+from mara_agents.policy.runtime import warm_start_weights
 
 SHARED_MODULE_ID = "shared"
 
 
 def _build_net(module: TorchRLModule, layout: ObsLayout) -> MaraNet:
     """The module's network; ``model_config["init_weights"]``: a state dict or policy file
-    to load (:func:`~mara_agents.policy.warm_start_weights`)."""
+    to load (:func:`~mara_agents.policy.runtime.warm_start_weights`)."""
     net = MaraNet(layout, model_config_from(module.model_config))
     init = (module.model_config or {}).get("init_weights")
     if init:
@@ -47,7 +48,7 @@ def _build_net(module: TorchRLModule, layout: ObsLayout) -> MaraNet:
 class MaraRLModule(TorchRLModule, ValueFunctionAPI):
     """RLlib (new API stack) wrapper of :class:`MaraNet` for PPO, one node per step.
 
-    ``model_config`` holds :class:`~mara_agents.network.ModelConfig` fields and optionally
+    ``model_config`` holds :class:`~mara_agents.policy.network.ModelConfig` fields and optionally
     ``init_weights``: a path to a ``MaraNet`` state dict (e.g. from behaviour cloning) or
     a policy file, loaded at setup.
     """

@@ -1,0 +1,27 @@
+"""Baseline schedulers, one module per family, and the registry of every built-in one.
+
+* :mod:`~mara_agents.baselines.lara`: LARA (ICML 2024) and the oracle (LARA's planner on
+  exact work);
+* :mod:`~mara_agents.baselines.greedy`: least slack first and Optimus' marginal gain;
+* ``flow_share`` (:mod:`flow_predictor.flow_share`) and the textbook rules of
+  :mod:`mara_env.schedulers` (EDF, uniform share, random).
+
+Nothing here imports torch or ray (a test checks it): a scheduler that needs a model
+loads it when it first runs.
+"""
+
+from __future__ import annotations
+
+from flow_predictor.flow_share import FlowShare
+from mara_agents.baselines.greedy import LeastSlack, Optimus
+from mara_agents.baselines.lara import LARA, Oracle
+from mara_env.schedulers import SCHEDULERS, Scheduler
+
+ALL_SCHEDULERS: dict[str, type[Scheduler]] = {
+    **SCHEDULERS,
+    LARA.name: LARA,
+    Oracle.name: Oracle,
+    LeastSlack.name: LeastSlack,
+    Optimus.name: Optimus,
+    FlowShare.name: FlowShare,
+}
