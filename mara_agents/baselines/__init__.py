@@ -2,7 +2,11 @@
 
 * :mod:`~mara_agents.baselines.lara`: LARA (ICML 2024) and the oracle (LARA's planner on
   exact work);
+* :mod:`~mara_agents.baselines.laira`: LaiRA (AAAI 2026), LARA's successor;
 * :mod:`~mara_agents.baselines.greedy`: least slack first and Optimus' marginal gain;
+* :mod:`~mara_agents.baselines.fifo`, :mod:`~mara_agents.baselines.tiresias`,
+  :mod:`~mara_agents.baselines.elasticflow`: FIFO with gang allocation and backfill,
+  Tiresias' 2D-LAS (NSDI 2019), ElasticFlow (ASPLOS 2023);
 * ``flow_share`` (:mod:`flow_predictor.flow_share`) and the textbook rules of
   :mod:`mara_env.schedulers` (EDF, uniform share, random).
 
@@ -13,15 +17,23 @@ loads it when it first runs.
 from __future__ import annotations
 
 from flow_predictor.flow_share import FlowShare
+from mara_agents.baselines.elasticflow import ElasticFlow
+from mara_agents.baselines.fifo import FIFO
 from mara_agents.baselines.greedy import LeastSlack, Optimus
+from mara_agents.baselines.laira import LaiRA
 from mara_agents.baselines.lara import LARA, Oracle
+from mara_agents.baselines.tiresias import Tiresias
 from mara_env.schedulers import SCHEDULERS, Scheduler
 
 ALL_SCHEDULERS: dict[str, type[Scheduler]] = {
     **SCHEDULERS,
     LARA.name: LARA,
     Oracle.name: Oracle,
+    LaiRA.name: LaiRA,
     LeastSlack.name: LeastSlack,
     Optimus.name: Optimus,
     FlowShare.name: FlowShare,
+    FIFO.name: FIFO,
+    Tiresias.name: Tiresias,
+    ElasticFlow.name: ElasticFlow,
 }
