@@ -1,86 +1,156 @@
-"""Episodes per second of the evaluation harness (load 1.0, 16 nodes), and the policy's cost.
+"""What evaluating costs: the shipped policy's seconds per episode against the bare env's.
 
-How to run:   python benchmarks/eval_speed.py [--episodes 20] [--workers 1]
-                  [--specs lara,edf,flow_share,mara] [--traces FILE]
-Runs ``mara_agents.evaluation.runner.evaluate`` without writing outputs and prints episodes/s per
-spec (schedulers use the simulator fast path; ``mara`` is driven through the env and the
-flow wrapper, and decodes each round at once).  Then times the shipped policy on the rounds
-of one episode: a round decoded at once, as the harness acts, against node by node, one
-observation per call.  Wall-clock figures: they depend on the machine and on what else it runs.
+How to run:   python benchmarks/eval_speed.py [--episodes 20] [--split val] [--load 1.0]
+                  [--specs lara,edf,flow_share,mara] [--workers 1] [--traces FILE]
+
+1. **The policy against the bare env**, on the same val episodes, in this process: each
+   episode is run by the bare AEC env under a driver of uniformly random valid actions
+   (``agent_iter`` + ``last`` + a choice from the mask, as ``env_speed.py`` drives it),
+   then by the shipped policy as the harness runs it (one agent built once, reset per
+   episode, acting round by round; its flow features included).  The two alternate, so
+   other load on the machine hits both alike.  Prints the seconds per episode of each
+   (median over episodes) and, last, ``shipped policy / random driver per episode: R``,
+   the median of the per-episode ratios.
+2. **The harness**: episodes/s of each spec through ``evaluate`` (worker start-up
+   included).
+3. **One round of the policy**: decoded by the greedy fixed point (as the harness acts)
+   against node after node, on the rounds of one episode; the actions must agree.
+
+Results to expect (2 cores, no GPU): about 0.03 s per episode for the random driver and
+five times that for the policy at N = 16.  Wall-clock figures depend on the machine and
+on what else it runs; the ratio much less so.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import statistics
 import time
 
 import numpy as np
 import torch
 
-from mara_agents.evaluation.runner import evaluate
+from mara_agents.evaluation.runner import build, episode_seed, evaluate, run_agent_episode
+from mara_env.cluster_env import raw_env
 from mara_env.config import ClusterConfig
+from mara_env.traces import TraceSet, load_traces
 
 
-def policy_forward(config: ClusterConfig, seed: int = 0) -> None:
-    """Per-round cost of the shipped policy: one round decoded at once (as the harness
-    acts) vs node by node, one observation per call, on the rounds of one episode."""
-    from mara_agents.policy.runtime import MaraAgent
-    from mara_env.cluster_env import raw_env
+def random_episode(config: ClusterConfig, traces: TraceSet, seed: int) -> float:
+    """Seconds of one episode of the bare AEC env under uniformly random valid actions."""
+    start = time.perf_counter()
+    env = raw_env(config=config, trace_set=traces)
+    env.reset(seed=seed)
+    rng = np.random.default_rng(seed)
+    for _ in env.agent_iter():
+        obs, _, term, trunc, _ = env.last()
+        action = None if term or trunc else int(rng.choice(np.flatnonzero(obs["action_mask"])))
+        env.step(action)
+    return time.perf_counter() - start
 
-    agent = MaraAgent()
-    env = raw_env(config=dataclasses.replace(config, num_slots=agent.num_slots))
+
+def policy_vs_env(config: ClusterConfig, traces: TraceSet, episodes: int) -> float:
+    """Part 1: per-episode seconds of the shipped policy and of the random driver; returns
+    the median per-episode ratio."""
+    agent = build("mara=")
+    config = dataclasses.replace(config, num_slots=agent.num_slots)
+    seeds = [episode_seed(0, config.load, i) for i in range(episodes)]
+    run_agent_episode(agent, config, traces, seeds[0])  # warm-up: caches, lazy imports
+    random_episode(config, traces, seeds[0])
+    ours, bare = [], []
+    for seed in seeds:
+        start = time.perf_counter()
+        run_agent_episode(agent, config, traces, seed)
+        ours.append(time.perf_counter() - start)
+        bare.append(random_episode(config, traces, seed))
+    ratios = [a / b for a, b in zip(ours, bare)]
+    print(
+        f"{episodes} {config.split} episodes, load {config.load:g}, N={config.num_nodes}, "
+        f"K={config.num_slots}, one process:"
+    )
+    print(f"  random valid actions (bare AEC env): {statistics.median(bare):.3f} s/episode")
+    print(f"  shipped policy (as the harness runs it): {statistics.median(ours):.3f} s/episode")
+    print(f"  per-episode ratio range {min(ratios):.1f}-{max(ratios):.1f}")
+    return statistics.median(ratios)
+
+
+def harness(
+    config: ClusterConfig, traces: TraceSet, specs: list[str], episodes: int, workers: int
+) -> None:
+    """Part 2: episodes/s of each spec through ``evaluate``."""
+    for spec in specs:
+        start = time.perf_counter()
+        df = evaluate(
+            [spec], [config.load], episodes, [0], config, traces, workers=workers, progress=False
+        )
+        secs = time.perf_counter() - start
+        print(
+            f"  {spec:>10}: {episodes / secs:7.1f} episodes/s ({secs:.1f} s for {episodes}, "
+            f"{workers} worker(s), mean {df['tasks'].mean():.0f} tasks/episode)"
+        )
+
+
+def policy_round(config: ClusterConfig, traces: TraceSet, seed: int = 0) -> None:
+    """Part 3: one round of the shipped policy, fixed point vs node after node."""
+    from mara_agents.policy.rounds import _decode_in_turn, greedy_fixed_point
+    from mara_agents.policy.runtime import single_thread
+    from mara_env.round_env import RoundEnv
+
+    agent = build("mara=")
+    config = dataclasses.replace(config, num_slots=agent.num_slots)
+    env = raw_env(config=config, trace_set=traces)
     env.reset(seed=seed)
     agent.reset(env, seed)
-    view = agent._rounds.aec  # the agent's predictor-wrapped view of env
-    rounds, nodes = [], []
-    for name in env.agent_iter():
-        _, _, term, trunc, _ = env.last()
-        if term or trunc:
-            env.step(None)
-            continue
-        if name == env.possible_agents[0]:
-            rounds.append(agent._rounds.observe())
-            nodes.append([])
-        nodes[-1].append(view.observe(name))
-        env.step(agent.act(env, name))
-    policy = agent.policy
-    torch.set_num_threads(1)
-    start = time.perf_counter()
-    whole = [policy.act_round(r) for r in rounds]
-    round_us = (time.perf_counter() - start) / len(rounds) * 1e6
-    start = time.perf_counter()
-    single = [[policy.act(o) for o in obs] for obs in nodes]
-    node_us = (time.perf_counter() - start) / len(rounds) * 1e6
-    same = np.mean([list(w) == s for w, s in zip(whole, single)])
+    driver = RoundEnv(env)
+    rounds = []
+    while not env.engine.finished:
+        obs = agent._rounds.observe()
+        rounds.append({k: torch.from_numpy(np.asarray(v))[None] for k, v in obs.items()})
+        driver.play(agent.act_round(env))
+    net = agent.policy.net
+    with torch.inference_mode(), single_thread():
+        start = time.perf_counter()
+        fixed = [greedy_fixed_point(net, r)[0] for r in rounds]
+        fixed_us = (time.perf_counter() - start) / len(rounds) * 1e6
+        start = time.perf_counter()
+        in_turn = [_decode_in_turn(net, r, greedy=True)[0] for r in rounds]
+        turn_us = (time.perf_counter() - start) / len(rounds) * 1e6
+    same = np.mean([torch.equal(a, b) for a, b in zip(fixed, in_turn)])
     print(
-        f"policy per round of {len(nodes[0])} nodes ({len(rounds)} rounds of one episode): "
-        f"decoded at once {round_us:.0f} us, node by node {node_us:.0f} us "
-        f"({node_us / round_us:.1f}x); same actions in {same:.1%} of the rounds"
+        f"  {len(rounds)} rounds of {config.num_nodes} nodes: fixed point {fixed_us:.0f} us, "
+        f"node after node {turn_us:.0f} us ({turn_us / fixed_us:.1f}x); same actions in "
+        f"{same:.1%} of the rounds"
     )
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--episodes", type=int, default=20, help="episodes per spec")
-    p.add_argument("--workers", type=int, default=1, help="worker processes")
-    p.add_argument("--specs", default="lara,edf,flow_share,mara", help="comma-separated specs")
+    p = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("--episodes", type=int, default=20, help="episodes per part (default 20)")
+    p.add_argument("--split", default="val", help="trace split of the episodes (default val)")
+    p.add_argument("--load", type=float, default=1.0, help="load factor (default 1.0)")
+    p.add_argument("--nodes", type=int, default=16, help="cluster size N (default 16)")
+    p.add_argument(
+        "--specs", default="lara,edf,flow_share,mara", help="specs timed through the harness"
+    )
+    p.add_argument("--workers", type=int, default=1, help="harness worker processes (default 1)")
     p.add_argument("--traces", default=None, help="trace library (default: the shipped one)")
-    p.add_argument("--split", default="test", help="trace split")
     args = p.parse_args()
-    config = ClusterConfig(traces=args.traces, split=args.split, num_nodes=16)
-    for spec in args.specs.split(","):
-        start = time.perf_counter()
-        df = evaluate(
-            [spec], [1.0], args.episodes, [0], config, workers=args.workers, progress=False
-        )
-        secs = time.perf_counter() - start
-        print(
-            f"{spec:>10}: {args.episodes / secs:7.1f} episodes/s "
-            f"({secs:.1f} s for {args.episodes}, "
-            f"{args.workers} worker(s), mean {df['tasks'].mean():.0f} tasks/episode)"
-        )
-    policy_forward(config)
+    if args.episodes < 1 or args.workers < 1:
+        p.error("--episodes and --workers: expected positive integers")
+    config = ClusterConfig(
+        traces=args.traces, split=args.split, num_nodes=args.nodes, load=args.load
+    )
+    traces = load_traces(config.traces, split=config.split)
+    print("1. the shipped policy against the bare env")
+    ratio = policy_vs_env(config, traces, args.episodes)
+    print("2. the harness")
+    harness(config, traces, args.specs.split(","), args.episodes, args.workers)
+    print("3. one round of the policy")
+    policy_round(config, traces)
+    print(f"shipped policy / random driver per episode: {ratio:.2f}")
 
 
 if __name__ == "__main__":

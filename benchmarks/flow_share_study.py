@@ -45,7 +45,7 @@ from multiprocessing import Pool
 import numpy as np
 import pandas as pd
 
-from flow_predictor.flow_share import FlowShare, TrueRemaining, flow_share_counts
+from flow_predictor.flow_share import FLOW_SAMPLES, FlowShare, TrueRemaining, flow_share_counts
 from flow_predictor.remaining import PredictionCache, RemainingWork
 from mara_agents.baselines import LARA
 from mara_agents.evaluation.registry import make_scheduler
@@ -81,7 +81,7 @@ class FlowPlanner(LARA):
         from flow_predictor.remaining import PredictionCache
 
         self.quantile = quantile
-        self.cache = PredictionCache(load_predictor(n_samples=32), refresh=0.1)
+        self.cache = PredictionCache(load_predictor(n_samples=FLOW_SAMPLES), refresh=0.1)
 
     def reset(self, sim: ClusterSim, rng: np.random.Generator) -> None:
         super().reset(sim, rng)
@@ -95,15 +95,16 @@ class FlowPlanner(LARA):
 class FlowShareVariant(FlowShare):
     """``flow_share`` with one change to its predictions or its want (see the study).
 
-    ``samples``: flow samples per task (32 in the shipped rule).  ``contended``: when the
-    wants exceed the cluster, take them from this quantile instead.  ``deadline``: weight
-    the samples by the deadline's density (:class:`DeadlineInformed`).  ``want`` /
-    ``triage``: ``"flow"`` or ``"exact"`` (true remaining work) for the quantile each uses.
+    ``samples``: flow samples per task (the shipped rule's ``FLOW_SAMPLES``).
+    ``contended``: when the wants exceed the cluster, take them from this quantile instead.
+    ``deadline``: weight the samples by the deadline's density (:class:`DeadlineInformed`).
+    ``want`` / ``triage``: ``"flow"`` or ``"exact"`` (true remaining work) for the quantile
+    each uses.
     """
 
     def __init__(
         self,
-        samples: int = 32,
+        samples: int = FLOW_SAMPLES,
         contended: float | None = None,
         deadline: bool = False,
         want: str = "flow",

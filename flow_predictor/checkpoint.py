@@ -11,6 +11,7 @@ fitted on the validation split); training checkpoints add
 from __future__ import annotations
 
 import os
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -71,9 +72,18 @@ def read_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
     if not path.is_file():
         raise CheckpointError(f"{path}: no such checkpoint file")
     try:
-        blob = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as exc:  # torch raises many types for truncated or foreign files
-        raise CheckpointError(f"{path}: not a readable torch checkpoint ({exc})") from exc
+        # torch warns about foreign pickles on the way to failing: the error says it all
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            blob = torch.load(path, map_location="cpu", weights_only=True)
+    # Arbitrary bytes make torch.load fail in many ways (UnpicklingError with a page of
+    # advice, RuntimeError from the zip reader, ...): each means the same thing here.
+    except Exception as exc:
+        raise CheckpointError(
+            f"{path}: not a flow-predictor checkpoint (torch.load failed with "
+            f"{type(exc).__name__}: truncated, or another kind of file?); expected a file "
+            "written by `mara predictor train`"
+        ) from None
     if not isinstance(blob, dict) or blob.get("format") != FORMAT:
         raise CheckpointError(
             f"{path}: not a flow-predictor checkpoint (expected a dict with format={FORMAT!r})"

@@ -69,6 +69,11 @@ class FlowShareParams:
 
 
 DEFAULTS = FlowShareParams()
+# Flow samples per task wherever decisions are made from the flow model's predictions: the
+# predictor wrapper's features (so the policy's) and flow_share must draw the same samples
+# for pred_share to be flow_share's count.  64 did no better for flow_share than 32 at twice
+# the cost (docs/training.md, the room study).
+FLOW_SAMPLES = 32
 
 
 def nodes_needed(
@@ -189,11 +194,11 @@ class FlowShare(Scheduler):
     ``quantile``, ``slack``, ``drop`` (0: no triage) and ``refresh``: see
     :class:`FlowShareParams` (None: its default, which the predictor wrapper's features
     use, so they are exactly this scheduler's want and count).
-    ``predictor``: ``"flow"`` (the shipped checkpoint, 32 samples, as in the predictor
-    wrapper), ``"wls"``, or ``"oracle"``: each task's true remaining work once it has as
-    many reports as the flow model needs (a reference for how much better predictions
-    could gain: same exploration, same rule).  ``checkpoint``: with ``predictor="flow"``,
-    a flow checkpoint of your own instead of the shipped one
+    ``predictor``: ``"flow"`` (the shipped checkpoint, :data:`FLOW_SAMPLES` samples, as in
+    the predictor wrapper), ``"wls"``, or ``"oracle"``: each task's true remaining work once
+    it has as many reports as the flow model needs (a reference for how much better
+    predictions could gain: same exploration, same rule).  ``checkpoint``: with
+    ``predictor="flow"``, a flow checkpoint of your own instead of the shipped one
     (``flow_share:checkpoint=runs/predictor/flow.pt``).
     """
 
@@ -230,7 +235,7 @@ class FlowShare(Scheduler):
             from flow_predictor.checkpoint import load_predictor
 
             # loaded once, here: a missing or foreign file fails at construction, by name
-            self._flow = load_predictor(checkpoint, n_samples=32)
+            self._flow = load_predictor(checkpoint, n_samples=FLOW_SAMPLES)
         self.predictor = predictor
         self._predictions: PredictionCache | TrueRemaining | None = None
 
@@ -240,7 +245,7 @@ class FlowShare(Scheduler):
         if self.predictor == "flow":
             from flow_predictor.checkpoint import load_predictor
 
-            flow = self._flow or load_predictor(n_samples=32)
+            flow = self._flow or load_predictor(n_samples=FLOW_SAMPLES)
             return PredictionCache(flow, self.params.refresh)
         from flow_predictor.wls import WLSPredictor
 

@@ -20,7 +20,7 @@ Conventions shared by all predictors:
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -157,24 +157,55 @@ def remaining_from_total(total: np.ndarray, current: np.ndarray) -> np.ndarray:
         return np.where(np.isnan(total), np.nan, np.maximum(total - current, MIN_RATIO * current))
 
 
+# A cache's predictor: given the simulation and the tasks to predict again, their remaining
+# work and the work each prediction counts from (their total work is the sum).
+Predict = Callable[[Any, np.ndarray], tuple[RemainingWork, np.ndarray]]
+
+
+def from_reports(predictor: RemainingWorkPredictor) -> Predict:
+    """``predictor`` as a cache's :data:`Predict`: remaining work from the last reported work."""
+
+    def predict(sim: Any, tasks: np.ndarray) -> tuple[RemainingWork, np.ndarray]:
+        works = [np.asarray(sim.hist_work[k]) for k in tasks]
+        losses = [np.asarray(sim.hist_loss[k]) for k in tasks]
+        rw = predictor.predict(works, losses, sim.workload.target[tasks])
+        return rw, np.array([float(w[-1]) if len(w) else 0.0 for w in works])
+
+    return predict
+
+
 class PredictionCache:
     """Remaining-work predictions of a running simulation's tasks, refreshed as reports come.
 
-    ``sim`` is anything with ``hist_work``/``hist_loss`` (per-task report lists), ``work``
-    (per-task work done) and ``workload.target`` (a :class:`mara_env.cluster.ClusterSim`).
-    A task is predicted again once its reports grew by ``refresh`` (a fraction, at least
-    one report) since its last prediction, and after every report while its prediction is a
-    fallback; :meth:`get` makes one batched predictor call for all such tasks.  Between
-    refreshes the cached samples are shifted by the work done since the prediction, so
-    :meth:`get` always answers "remaining work from now".  ``refresh=0`` predicts after
-    every report.
+    The one per-task prediction cache: the predictor wrapper, flow_share and the WLS and
+    Optimus baselines each keep one.  ``sim`` is anything with ``hist_work``/``hist_loss``
+    (per-task report lists), ``work`` (per-task work done) and ``workload.target`` (a
+    :class:`mara_env.cluster.ClusterSim`).  ``predictor`` is a
+    :class:`RemainingWorkPredictor` (remaining work from each task's last reported work) or
+    a :data:`Predict`.  A task is predicted again once its reports grew by ``refresh`` (a
+    fraction) and by ``every`` reports since its last prediction, and, with
+    ``refit_fallbacks``, after every report while its prediction is a fallback; one
+    batched predictor call covers all such tasks.  :meth:`get` answers "remaining work from
+    now" (the cached samples shifted by the work done since the prediction), :meth:`totals`
+    the total work.  ``refresh=0`` predicts after every report.
     """
 
-    def __init__(self, predictor: RemainingWorkPredictor, refresh: float = 0.0) -> None:
+    def __init__(
+        self,
+        predictor: RemainingWorkPredictor | Predict,
+        refresh: float = 0.0,
+        every: int = 1,
+        refit_fallbacks: bool = True,
+    ) -> None:
         if refresh < 0:
             raise ValueError(f"refresh must be >= 0 (a fraction of the reports), got {refresh}")
-        self.predictor = predictor
+        if every < 1:
+            raise ValueError(f"every must be >= 1 (new reports), got {every}")
+        is_predictor = isinstance(predictor, RemainingWorkPredictor)
+        self.predict = from_reports(predictor) if is_predictor else predictor
         self.refresh = float(refresh)
+        self.every = int(every)
+        self.refit_fallbacks = refit_fallbacks
         # task -> (reports at prediction, work at prediction, samples, fallback)
         self._cache: dict[int, tuple[int, float, np.ndarray, bool]] = {}
 
@@ -184,24 +215,33 @@ class PredictionCache:
 
     def _stale(self, k: int, n: int) -> bool:
         hit = self._cache.get(k)
-        if hit is None or (hit[3] and n != hit[0]):
+        if hit is None or (self.refit_fallbacks and hit[3] and n != hit[0]):
             return True
-        return n - hit[0] >= max(1, int(self.refresh * hit[0]))
+        return n - hit[0] >= max(self.every, int(self.refresh * hit[0]))
 
-    def get(self, sim: Any, tasks: np.ndarray) -> RemainingWork:
-        """Remaining work of ``tasks`` from their current work on."""
+    def _hits(self, sim: Any, tasks: np.ndarray) -> list[tuple[int, float, np.ndarray, bool]]:
+        """The entries of ``tasks``, predicting the stale ones first (one call)."""
         cache = self._cache
         stale = [int(k) for k in tasks if self._stale(int(k), len(sim.hist_work[k]))]
         if stale:
-            works = [np.asarray(sim.hist_work[k]) for k in stale]
-            losses = [np.asarray(sim.hist_loss[k]) for k in stale]
-            rw = self.predictor.predict(works, losses, sim.workload.target[stale])
+            rw, at = self.predict(sim, np.asarray(stale, np.int64))
             for i, k in enumerate(stale):
-                w = float(works[i][-1]) if len(works[i]) else 0.0
-                cache[k] = (len(works[i]), w, rw.samples[i], bool(rw.fallback[i]))
-        if not len(tasks):
+                n = len(sim.hist_work[k])
+                cache[k] = (n, float(at[i]), rw.samples[i], bool(rw.fallback[i]))
+        return [cache[int(k)] for k in tasks]
+
+    def totals(self, sim: Any, tasks: np.ndarray) -> np.ndarray:
+        """(n_tasks, n_samples) predicted total work of ``tasks`` (``inf``: not reached)."""
+        hits = self._hits(sim, tasks)
+        if not hits:
+            return np.zeros((0, 1))
+        return np.stack([h[2] for h in hits]) + np.array([h[1] for h in hits])[:, None]
+
+    def get(self, sim: Any, tasks: np.ndarray) -> RemainingWork:
+        """Remaining work of ``tasks`` from their current work on."""
+        hits = self._hits(sim, tasks)
+        if not hits:
             return RemainingWork(np.zeros((0, 1)), np.zeros(0, bool))
-        hits = [cache[int(k)] for k in tasks]
         samples = np.stack([h[2] for h in hits])
         done = np.asarray(sim.work, np.float64)[np.asarray(tasks)]
         at = np.array([h[1] for h in hits])

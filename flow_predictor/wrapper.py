@@ -32,17 +32,17 @@ from pettingzoo import AECEnv
 from pettingzoo.utils import BaseWrapper
 
 from flow_predictor.features import nan_clip
-from flow_predictor.flow_share import DEFAULTS, flow_share_counts
+from flow_predictor.flow_share import DEFAULTS, FLOW_SAMPLES, flow_share_counts
 from flow_predictor.remaining import PredictionCache, RemainingWorkPredictor
 from flow_predictor.wls import WLSPredictor
-from mara_env.cluster_env import NODE_FEATURES, SLOT_FEATURES
+from mara_env.cluster_env import NODE_FEATURES, OBS_LIMIT, SLOT_FEATURES
 from mara_env.cluster_env import env as make_aec_env
 from mara_env.config import ClusterConfig, ConfigError
 
 PREDICTOR_FEATURES = (
-    "pred_q10",  # log1p(10% quantile of remaining reference ticks) / 2
+    "pred_q10",  # log1p(10% quantile of remaining reference ticks) / LOG_TICKS_SCALE
     "pred_q50",  # same for the median
-    "pred_q90",  # same for the 90% quantile ("not reached" -> the clip value 10)
+    "pred_q90",  # same for the 90% quantile ("not reached" -> the env's clip, OBS_LIMIT)
     "p_deadline_now",  # P(remaining work <= rate * nodes_now**alpha * ticks left)
     "p_deadline_cap",  # P(remaining work <= rate * cap**alpha * (ticks left - 1)); -1: warm-up
     "pred_fallback",  # 1 if the prefix was too short for the predictor (or unknown)
@@ -53,14 +53,17 @@ QUANTILES = (0.1, 0.5, 0.9)
 _PRED = {name: i for i, name in enumerate(PREDICTOR_FEATURES)}  # column of each feature
 _QUANTILE_COLUMNS = [_PRED["pred_q10"], _PRED["pred_q50"], _PRED["pred_q90"]]  # of QUANTILES
 _DEADLINE_COLUMNS = [_PRED["p_deadline_now"], _PRED["p_deadline_cap"]]
-LIMIT = 10.0
+# log1p of a few to a few hundred reference ticks is 2 to 6: halved, the quantile features
+# lie in 1 to 3, the range of the env's own features (durations in units of TICK_SCALE).
+LOG_TICKS_SCALE = 2.0
 
 
 class PredictorFeatures(BaseWrapper):
     """Appends :data:`PREDICTOR_FEATURES` to every slot row of ``observation`` and ``state``.
 
     ``predictor``: any :class:`RemainingWorkPredictor` (default: the shipped flow model
-    with 32 samples); pass ``WLSPredictor()`` for the no-flow ablation — same layout.
+    with :data:`~flow_predictor.flow_share.FLOW_SAMPLES` samples); pass ``WLSPredictor()``
+    for the no-flow ablation — same layout.
     """
 
     def __init__(
@@ -73,7 +76,7 @@ class PredictorFeatures(BaseWrapper):
         if predictor is None:
             from flow_predictor.checkpoint import load_predictor
 
-            predictor = load_predictor(n_samples=32)
+            predictor = load_predictor(n_samples=FLOW_SAMPLES)
         self.predictor = predictor
         self._predictions = PredictionCache(predictor, refresh)
         engine = self._engine = env.unwrapped.engine  # persists across resets
@@ -172,7 +175,9 @@ class PredictorFeatures(BaseWrapper):
             all_qs = rw.quantiles(levels)  # one sort for the features and flow_share's levels
             rows = extra[: len(tasks)]
             with np.errstate(over="ignore", invalid="ignore"):
-                rows[:, _QUANTILE_COLUMNS] = np.log1p(all_qs[:, :3] / ref[:, None]) / 2.0
+                rows[:, _QUANTILE_COLUMNS] = (
+                    np.log1p(all_qs[:, :3] / ref[:, None]) / LOG_TICKS_SCALE
+                )
             rows[:, _DEADLINE_COLUMNS] = rw.prob_within(budgets)
             rows[:, _PRED["pred_fallback"]] = rw.fallback
             # slots are in deadline order, as flow_share's round-robin
@@ -180,8 +185,9 @@ class PredictorFeatures(BaseWrapper):
             need, share = flow_share_counts(sim, tasks, rw, qs=known)
             rows[:, _PRED["pred_nodes_needed"]] = need / caps
             rows[:, _PRED["pred_share"]] = share / caps
-        # Unknown (nan) predictions read as 0 with the fallback flag set; "never" as the limit.
-        self._extra = nan_clip(extra, -LIMIT, LIMIT)
+        # Unknown (nan) predictions read as 0 with the fallback flag set; "never" as the
+        # limit: the env's own, so every feature of the observation shares its bounds.
+        self._extra = nan_clip(extra, -OBS_LIMIT, OBS_LIMIT)
         return self._extra
 
 
@@ -190,18 +196,35 @@ class PredictorFeatures(BaseWrapper):
 WRAPPERS = ("none", "flow", "wls")
 
 
-def wrap(env: AECEnv, wrapper: str, options: dict[str, Any] | None = None) -> AECEnv:
-    """``env`` with predictor features per slot: ``flow`` (shipped model), ``wls``, or ``none``."""
+def make_predictor(
+    wrapper: str, options: dict[str, Any] | None = None
+) -> RemainingWorkPredictor | None:
+    """The predictor behind ``wrapper``'s features (None for ``none``): build it once and
+    pass it to :func:`wrap` for every env that needs it (a flow model loads a checkpoint)."""
     if wrapper not in WRAPPERS:
         raise ConfigError(f"wrapper={wrapper!r}: expected one of {list(WRAPPERS)}")
     if wrapper == "none":
-        return env
+        return None
     if wrapper == "flow":
         # Imported here: the flow model (torch) is only needed when asked for.
         from flow_predictor.checkpoint import load_predictor
 
-        return PredictorFeatures(env, load_predictor(**(options or {})))
-    return PredictorFeatures(env, WLSPredictor(**(options or {})))
+        # flow_share's sample count unless the options name one: pred_share is its count
+        return load_predictor(**{"n_samples": FLOW_SAMPLES, **(options or {})})
+    return WLSPredictor(**(options or {}))
+
+
+def wrap(
+    env: AECEnv,
+    wrapper: str,
+    options: dict[str, Any] | None = None,
+    predictor: RemainingWorkPredictor | None = None,
+) -> AECEnv:
+    """``env`` with predictor features per slot: ``flow`` (shipped model), ``wls``, or
+    ``none``; ``predictor``: the one :func:`make_predictor` built for them (else built now)."""
+    if predictor is None:
+        predictor = make_predictor(wrapper, options)
+    return env if predictor is None else PredictorFeatures(env, predictor)
 
 
 def make_wrapped_env(env_config: dict[str, Any]) -> AECEnv:

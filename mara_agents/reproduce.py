@@ -119,7 +119,8 @@ def _ppo_stage(path: Path, weights: Path, start: str, root: Path) -> Path:
     """The PPO stage of the YAML at ``path`` from ``weights``, exported to
     ``root/<name>.pt`` (reused when it was trained from the same settings and weights)."""
     from mara_agents.policy.runtime import file_digest
-    from mara_agents.training.experiment import RECORD, check_unchanged, load_experiment
+    from mara_agents.training.experiment import load_experiment
+    from mara_agents.training.records import RECORD, check_unchanged
 
     stage = load_experiment(path)
     policy = root / f"{stage.name}.pt"
@@ -197,11 +198,13 @@ def gantt(config: ClusterConfig, seed: int, specs: Sequence[str], path: Path) ->
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from mara_agents.evaluation.registry import resolve
+    from mara_agents.evaluation.registry import expand_alias
     from mara_agents.evaluation.runner import run_spec
 
     traces = load_traces(config.traces, split=config.split)
-    runs = [(name, run_spec(resolve(name), config, traces, seed, record=True)) for name in specs]
+    runs = [
+        (name, run_spec(expand_alias(name), config, traces, seed, record=True)) for name in specs
+    ]
     fig, axes = plt.subplots(len(runs), 1, figsize=(11, 2.2 * len(runs)), squeeze=False)
     cmap = matplotlib.colormaps["tab20"]
     for ax, (name, m) in zip(axes[:, 0], runs):
@@ -233,7 +236,7 @@ def reproduce(
     """Run the whole evaluation; returns the summary markdown (also in out/summary.md)."""
     from mara_agents.evaluation.report import summary_markdown
     from mara_agents.evaluation.runner import evaluate
-    from mara_agents.training.experiment import check_out
+    from mara_agents.training.records import check_out
 
     out = check_out(out)
     out.mkdir(parents=True, exist_ok=True)

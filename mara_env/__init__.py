@@ -11,11 +11,9 @@ No torch, no ray: any RL library can use it.
 from pettingzoo import register as _register
 
 from mara_env.cluster import ClusterSim, InvalidAssignment
-from mara_env.cluster_env import InvalidActionError, env, parallel_env, raw_env
+from mara_env.cluster_env import ENV_ID, InvalidActionError, env, parallel_env, raw_env
 from mara_env.config import ClusterConfig, ConfigError
 from mara_env.traces import TraceError, TraceSet, load_traces, read_traces
-
-ENV_ID = "mara/ComputeCluster-v1"
 
 _register("aec", ENV_ID, "mara_env.cluster_env:env")
 _register("parallel", ENV_ID, "mara_env.cluster_env:parallel_env")

@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import functools
+import re
 from typing import Any
 
 import gymnasium
@@ -17,6 +18,7 @@ from pettingzoo.utils import wrappers
 
 from mara_env.cluster import ClusterSim
 from mara_env.config import ClusterConfig
+from mara_env.schedulers import edf_order
 from mara_env.traces import LOSS_FLOOR, TraceSet, load_traces
 
 NODE_FEATURES = (
@@ -50,6 +52,9 @@ QUEUE_FEATURES = (
     "queue_progress",  # their mean progress
     "queue_cap",  # their mean parallelism cap / CAP_SCALE
 )
+# The id the env is registered under (``mara_env`` registers it); bump its version when
+# the spaces, the dynamics or the trace library change what an episode means.
+ENV_ID = "mara/ComputeCluster-v1"
 OBS_LIMIT = 10.0  # every feature is clipped to [-OBS_LIMIT, OBS_LIMIT]
 TICK_SCALE = 20.0  # durations (ticks) are given in units of TICK_SCALE ticks
 CAP_SCALE = 8.0  # node counts of a parallelism cap are given in units of CAP_SCALE nodes
@@ -59,6 +64,16 @@ LOG_RATIO_LIMIT = 5.0  # log_loss_ratio is clipped to [-LOG_RATIO_LIMIT, LOG_RAT
 _NODE = {name: i for i, name in enumerate(NODE_FEATURES)}
 _SLOT = {name: i for i, name in enumerate(SLOT_FEATURES)}
 _QUEUE = {name: i for i, name in enumerate(QUEUE_FEATURES)}
+
+
+def env_name(env_id: str) -> str:
+    """The ``metadata["name"]`` of an env id: ``ns/CamelName-vN`` -> ``ns_camel_name_vN``."""
+    match = re.fullmatch(r"(\w+)/(\w+)-v(\d+)", env_id)
+    if match is None:
+        raise ValueError(f"env id {env_id!r}: expected NAMESPACE/Name-vVERSION")
+    namespace, name, version = match.groups()
+    snake = re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
+    return f"{namespace}_{snake}_v{version}"
 
 
 @functools.lru_cache(maxsize=8)
@@ -124,8 +139,8 @@ class ClusterEngine:
     def _begin_round(self, phi: float | None = None) -> None:
         cfg, sim = self.config, self.sim
         wl, k, n = sim.workload, cfg.num_slots, cfg.num_nodes
-        act = sim.active()
-        ranked = act[np.lexsort((act, wl.arrival[act], wl.deadline[act]))]
+        # the schedulers' order: flow_share's counts and pred_share agree while they share it
+        ranked = edf_order(sim)
         visible, self.queued = ranked[:k], ranked[k:]
         self.slot_tasks = np.full(k, -1, np.int64)
         self.slot_tasks[: len(visible)] = visible
@@ -401,7 +416,7 @@ class raw_env(AECEnv):
     """
 
     metadata = {
-        "name": "mara_compute_cluster_v0",
+        "name": env_name(ENV_ID),
         "render_modes": ["ansi"],
         "is_parallelizable": True,
     }

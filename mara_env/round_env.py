@@ -151,6 +151,14 @@ class RoundEnv(gymnasium.Env):
         return a.astype(np.int64, copy=False)
 
     def step(self, action: Any) -> tuple[dict[str, np.ndarray], float, bool, bool, dict[str, Any]]:
+        reward, info = self.play(action)
+        done = self.engine.sim.done
+        return self.observe(), reward, done, self.engine.truncated and not done, info
+
+    def play(self, action: Any) -> tuple[float, dict[str, Any]]:
+        """:meth:`step` without building the next observation (for drivers that do not
+        read it, such as the evaluation harness): the round's reward and ``info``; the
+        episode is over once ``engine.finished``."""
         engine = self.engine
         actions = self._check(action).tolist()
         masked = 0
@@ -159,10 +167,9 @@ class RoundEnv(gymnasium.Env):
                 masked += 1
         reward, _ = engine.end_round()
         info: dict[str, Any] = {"masked_actions": masked}
-        done = engine.sim.done
         if engine.finished:
             info["episode"] = engine.sim.metrics()
-        return self.observe(), reward, done, engine.truncated and not done, info
+        return reward, info
 
     def render(self) -> str | None:
         if self.render_mode is None:

@@ -206,9 +206,10 @@ def run_episode(
 class SchedulerAgent:
     """Drives the PettingZoo env with a scheduler: per-node actions, one round at a time.
 
-    At the first node of a round it asks the scheduler for an assignment on the env's
+    At the start of a round it asks the scheduler for an assignment on the env's
     simulator, then each node takes the slot of its assigned task (idle if that task is
-    not among the visible slots).
+    not among the visible slots): :meth:`act_round` gives all ``N`` actions at once,
+    :meth:`act` one node's.
     """
 
     def __init__(self, scheduler: Scheduler) -> None:
@@ -220,12 +221,21 @@ class SchedulerAgent:
         self.scheduler.reset(env.unwrapped.engine.sim, np.random.default_rng([seed, 1]))
         self._round = None
 
+    def act_round(self, env: Any) -> np.ndarray:
+        """The ``N`` node actions of the round ``env`` is at the start of."""
+        engine = env.unwrapped.engine
+        assign = self.scheduler.assign(engine.sim)
+        k = engine.config.num_slots
+        # slot of each task (K: not visible), then of each node's task (idle: K)
+        slot_of = np.full(len(engine.sim.status) + 1, k, np.int64)
+        visible = np.flatnonzero(engine.slot_tasks >= 0)
+        slot_of[engine.slot_tasks[visible]] = visible
+        return slot_of[np.where(assign >= 0, assign, -1)]
+
     def act(self, env: Any, agent: str) -> int:
         """The action of ``agent`` (the env's current agent)."""
         engine = env.unwrapped.engine
         sim = engine.sim
         if self._round is None or self._round[0] != sim.t or agent == engine.agents[0]:
-            self._round = (sim.t, self.scheduler.assign(sim))
-        task = self._round[1][engine.agents.index(agent)]
-        slots = np.flatnonzero(engine.slot_tasks == task)
-        return int(slots[0]) if task >= 0 and len(slots) else engine.config.num_slots
+            self._round = (sim.t, self.act_round(env))
+        return int(self._round[1][engine.agents.index(agent)])

@@ -121,3 +121,54 @@ def test_oracle_beats_lara_beats_random_on_average(episode_setup) -> None:
         for name in ("oracle", "lara", "random")
     }
     assert rate["oracle"] >= rate["lara"] >= rate["random"]
+
+
+def test_one_prediction_cache_serves_wls_optimus_and_flow_share(episode_setup, monkeypatch):
+    """LARA's WorkPredictor, Optimus and flow_share all keep their predictions in
+    :class:`flow_predictor.remaining.PredictionCache` (one rule for refreshing them)."""
+    from flow_predictor.remaining import PredictionCache
+
+    calls: list[str] = []
+    for method in ("totals", "get"):
+        original = getattr(PredictionCache, method)
+
+        def counted(self, sim, tasks, _original=original, _method=method):
+            calls.append(_method)
+            return _original(self, sim, tasks)
+
+        monkeypatch.setattr(PredictionCache, method, counted)
+    cfg, traces = episode_setup
+    for spec, method in [("lara", "totals"), ("optimus", "totals"), ("flow_share", "get")]:
+        calls.clear()
+        kwargs = {"predictor": "wls"} if spec == "flow_share" else {}
+        run_episode(ALL_SCHEDULERS[spec](**kwargs), cfg, traces, seed=3)
+        assert method in calls, spec
+
+
+def test_prediction_cache_every_fallbacks_and_totals():
+    """``every``: new reports before a task is predicted again; ``refit_fallbacks=False``:
+    a fallback waits as long; ``totals``: samples plus the work they count from."""
+    from types import SimpleNamespace
+
+    from flow_predictor.remaining import PredictionCache, RemainingWork
+
+    predicted: list[list[int]] = []
+
+    def predict(sim, tasks):
+        predicted.append(tasks.tolist())
+        fallback = np.array([len(sim.hist_work[k]) < 3 for k in tasks])
+        return RemainingWork(np.full((len(tasks), 2), 10.0), fallback), sim.work[tasks]
+
+    sim = SimpleNamespace(hist_work=[[1.0], [1.0, 2.0, 3.0]], work=np.array([1.0, 3.0]))
+    for refit_fallbacks, expected in [(True, [[0, 1], [0], [0, 1]]), (False, [[0, 1], [0, 1]])]:
+        predicted.clear()
+        cache = PredictionCache(predict, every=2, refit_fallbacks=refit_fallbacks)
+        np.testing.assert_array_equal(cache.totals(sim, np.array([0, 1])), [[11, 11], [13, 13]])
+        for _ in range(2):  # two reports each: task 1 (and with refits the fallback) again
+            for k in (0, 1):
+                sim.hist_work[k].append(sim.hist_work[k][-1] + 1)
+            cache.totals(sim, np.array([0, 1]))
+        assert predicted == expected
+        sim.hist_work = [[1.0], [1.0, 2.0, 3.0]]
+    with pytest.raises(ValueError, match="every must be >= 1"):
+        PredictionCache(predict, every=0)

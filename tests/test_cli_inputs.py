@@ -3,12 +3,15 @@ was expected, exit status 2, before any work starts and with nothing written."""
 
 from __future__ import annotations
 
+import pickle
+
 import numpy as np
 import pandas as pd
 import pytest
 
 from mara_agents.cli import main
 from mara_agents.extras import EXTRAS, MissingExtra, as_missing_extra
+from mara_env.schedulers import Scheduler
 
 # somewhere no one can create a directory, root included
 UNWRITABLE = "/proc/mara-no-such-dir/out"
@@ -42,6 +45,13 @@ EVALUATE += ["--workers", "1", "--horizon", "10", "--no-progress"]
         (["--loads", "heavy"], ["--loads", "'heavy'", "load factors"]),
         (["--loads", "1.0,1.5,1"], ["--loads", "'1' is given twice"]),
         (["--schedulers", "lara,edf,lara"], ["--schedulers", "'lara' is given twice"]),
+        (["--schedulers", "lara:margin=abc"], ["'lara:margin=abc'", "margin='abc'", "float"]),
+        (["--schedulers", "optimus:refit_every=2.5"], ["refit_every='2.5'", "expected int"]),
+        (
+            ["--schedulers", "lara:marg=1"],
+            ["unknown parameter 'marg'", "known: discount, ridge, explore_reports, margin"],
+        ),
+        (["--schedulers", "oracle:margin=1"], ["'margin'", "Oracle takes no parameters"]),
         (["--schedulers", "mara,mara="], ["--schedulers", "'mara=' names the same", "'mara'"]),
         (["--reference", "edf"], ["--reference", "'edf'", "--schedulers ['uniform']"]),
         (["--seeds", "-1"], ["--seeds", "'-1'", "non-negative integer"]),
@@ -154,6 +164,27 @@ def test_predictor_train_refuses_bad_values(tmp_path, capsys, args, culprit):
     assert [p.name for p in tmp_path.iterdir()] == ["f.txt"]
 
 
+@pytest.mark.parametrize(
+    "junk",
+    [
+        b"not a checkpoint\n",  # text
+        pickle.dumps({1}, protocol=4),  # a pickle torch's weights-only loader refuses
+        b"PK\x03\x04garbage",  # a broken zip, as a truncated torch file starts
+    ],
+    ids=["text", "pickle", "zip"],
+)
+def test_predictor_evaluate_says_in_one_line_that_a_file_is_no_flow_checkpoint(
+    tmp_path, capsys, junk
+):
+    pytest.importorskip("torch")
+    path = tmp_path / "junk.pt"
+    path.write_bytes(junk)
+    out = tmp_path / "pe"
+    argv = ["predictor", "evaluate", "--checkpoint", str(path), "--out", str(out)]
+    refused(argv, capsys, str(path), "not a flow-predictor checkpoint", status=1)
+    assert not out.exists()
+
+
 def test_predictor_evaluate_explains_a_library_with_nothing_to_predict(tmp_path, capsys):
     lib = _flat_library(tmp_path / "flat.parquet", 0.5)  # written directly: import refuses it
     out = tmp_path / "pe"
@@ -236,3 +267,73 @@ def test_reproduce_refuses_bad_values_before_any_work(tmp_path, capsys, args, cu
     err = capsys.readouterr().err.strip()
     assert culprit in err and len(err.splitlines()) == 1
     assert not out.exists()
+
+
+def test_training_checks_its_out_with_the_cli_probe(tmp_path):
+    """``check_out`` (training) and ``--out`` (the CLI) give one answer: the probe's, which
+    also refuses where ``os.access`` says yes (root, /proc)."""
+    from mara_agents.commands.checks import UsageError, check_output_dir
+    from mara_agents.training.records import check_out
+    from mara_env.config import ConfigError
+
+    afile = tmp_path / "f"
+    afile.write_text("")
+    for bad in (afile, afile / "sub", UNWRITABLE):
+        with pytest.raises(UsageError) as cli:
+            check_output_dir(bad)
+        with pytest.raises(ConfigError) as training:
+            check_out(bad)
+        assert str(cli.value).split(": ", 1)[1] == str(training.value).split(": ", 1)[1]
+    with pytest.raises(ConfigError, match=r"out='/proc/mara-no-such-dir/out': cannot write"):
+        check_out(UNWRITABLE)
+    assert check_out(tmp_path / "new" / "runs") == tmp_path / "new" / "runs"
+    assert not (tmp_path / "new").exists()
+
+
+def test_export_refuses_a_missing_checkpoint_and_an_unwritable_out(tmp_path, capsys):
+    pytest.importorskip("ray")
+    out = tmp_path / "policy.pt"
+    missing = tmp_path / "no_such_checkpoint"
+    refused(["export", str(missing), "--out", str(out)], capsys, f"CHECKPOINT {missing}", "no such")
+    ckpt = tmp_path / "checkpoint_000001"
+    ckpt.mkdir()
+    refused(["export", str(ckpt), "--out", f"{UNWRITABLE}/p.pt"], capsys, "--out", "cannot write")
+    refused(["export", str(ckpt), "--out", str(tmp_path)], capsys, "--out", "not a directory")
+    refused(["export", str(ckpt), "--out", str(out)], capsys, str(ckpt), "no RLlib checkpoint")
+    state = tmp_path / "mara_pretrain.pt"
+    state.write_bytes(b"")
+    refused(["export", str(state), "--out", str(out)], capsys, str(state), "needs --experiment")
+    assert not out.exists()
+
+
+class Knobs(Scheduler):
+    """A scheduler of one's own, with the annotations a spec's values are checked against."""
+
+    def __init__(self, on: bool = False, label: str = "", rate: float | None = None) -> None:
+        self.on, self.label, self.rate = on, label, rate
+
+    def allocate(self, sim):
+        return np.zeros(len(sim.status), np.int64)
+
+
+def test_scheduler_spec_values_take_their_annotated_types():
+    from mara_agents.evaluation.registry import SpecError, make_scheduler
+
+    knobs = make_scheduler("tests.test_cli_inputs.Knobs:on=true:label=7:rate=2")
+    assert (knobs.on, knobs.label, knobs.rate) == (True, "7", 2)
+    with pytest.raises(SpecError, match=r"on='yes'; expected bool$"):
+        make_scheduler("tests.test_cli_inputs.Knobs:on=yes")
+    with pytest.raises(SpecError, match=r"rate='fast'; expected float$"):
+        make_scheduler("tests.test_cli_inputs.Knobs:rate=fast")
+    assert make_scheduler("lara:margin=0").predictor.margin == 0
+
+
+def test_only_plain_mara_is_an_alias():
+    from mara_agents.evaluation.registry import expand_alias
+
+    assert expand_alias("mara") == "mara="  # the shipped policy
+    assert [expand_alias(s) for s in ("mara=p.pt", "lara", "env=lara")] == [
+        "mara=p.pt",
+        "lara",
+        "env=lara",
+    ]

@@ -1,4 +1,6 @@
-"""Every file, folder and module the user docs name exists, so a rename cannot leave them stale."""
+"""Every file, folder and module the user docs name exists, and the figures and names they
+quote where that is cheap (slot and node counts, the env id, the shipped files) are the
+code's, so a rename or a new default cannot leave them stale."""
 
 from __future__ import annotations
 
@@ -89,3 +91,58 @@ def test_named_paths_and_modules_exist(doc: Path) -> None:
         if "://" not in link and not (doc.parent / link).resolve().exists()
     ]
     assert not missing, f"{doc.relative_to(ROOT)} names what does not exist: {missing}"
+
+
+def _quoted(doc: str, pattern: str) -> list:
+    """Every match of ``pattern`` in ``doc`` (a path under the repository), by its groups;
+    a claim the docs no longer make fails here, so the table below stays in step."""
+    found = re.findall(pattern, (ROOT / doc).read_text())
+    assert found, f"{doc} no longer quotes {pattern!r}: update the claims in tests/test_docs.py"
+    return found
+
+
+def _everywhere(pattern: str) -> list[str]:
+    """Every match of ``pattern`` in the user docs."""
+    return [m for doc in DOCS for m in re.findall(pattern, doc.read_text())]
+
+
+def test_quoted_ids_sample_counts_and_file_names_are_the_codes():
+    """The env id, the wrapper's flow sample count and the shipped files' names, as the
+    docs write them, are the ones the code defines."""
+    from flow_predictor.flow_share import FLOW_SAMPLES
+    from mara_env import ENV_ID
+
+    ids = _everywhere(r"mara/ComputeCluster-v\d+")
+    assert ids and set(ids) == {ENV_ID}
+    samples = _quoted("docs/predictor.md", r"flow predictor in the wrapper uses (\d+) samples")
+    assert [int(s) for s in samples] == [FLOW_SAMPLES]
+    # read from the modules' source: the loaders themselves need torch
+    for module, constant, folder in [
+        ("mara_agents/policy/runtime.py", "SHIPPED_POLICY", "mara_agents/policy/shipped"),
+        ("flow_predictor/checkpoint.py", "SHIPPED_CHECKPOINT", "flow_predictor/checkpoints"),
+    ]:
+        name = re.search(rf'{constant} = .*"(\w+\.pt)"', (ROOT / module).read_text()).group(1)
+        quoted = _everywhere(rf"{folder}/(\w+\.pt)")
+        assert quoted and set(quoted) == {name}, (constant, quoted)
+
+
+def test_quoted_slot_and_node_counts_are_the_shipped_policys_and_the_experiments():
+    """K and N as the docs quote them: the shipped policy's layout and env, which are
+    experiments/mara.yaml's."""
+    torch = pytest.importorskip("torch")
+    import yaml
+
+    from mara_agents.policy.runtime import SHIPPED_POLICY
+
+    header = torch.load(SHIPPED_POLICY, map_location="cpu", weights_only=True)
+    env = yaml.safe_load((ROOT / "experiments" / "mara.yaml").read_text())["env"]
+    slots, nodes = header["layout"]["num_slots"], header["env"]["num_nodes"]
+    assert (env["num_slots"], env["num_nodes"]) == (slots, nodes)
+    pairs = _quoted("docs/architecture.md", r"K = (\d+) slots for N = (\d+) nodes")
+    pairs += _quoted("docs/training.md", r"\*(\d+) slots for (\d+) nodes\.\*")
+    assert {(int(k), int(n)) for k, n in pairs} == {(slots, nodes)}
+    counts = _quoted("docs/training.md", r"(\d+) visible slots")
+    counts += _quoted("docs/training.md", r"`mara\.yaml` \|[^|\n]*?(\d+) slots")
+    counts += _quoted("docs/results.md", r"The policy sees (\d+) task slots")
+    counts += _quoted("docs/reproduce.md", r"(\d+) slots\)")
+    assert {int(k) for k in counts} == {slots}

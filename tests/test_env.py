@@ -13,7 +13,7 @@ from pettingzoo.test import api_test, max_cycles_test, parallel_api_test, seed_t
 from pettingzoo.test.seed_test import parallel_seed_test
 
 import mara_env
-from mara_env.cluster_env import InvalidActionError, env, parallel_env, raw_env
+from mara_env.cluster_env import InvalidActionError, env, env_name, parallel_env, raw_env
 from tests.conftest import SMALL
 
 
@@ -46,7 +46,9 @@ def test_max_cycles_test_passes():
 def test_registered_in_pettingzoo_registry():
     e = pettingzoo.make("aec", mara_env.ENV_ID, **SMALL)
     e.reset(seed=0)
-    assert e.unwrapped.metadata["name"] == "mara_compute_cluster_v0"
+    # the name follows the registered id's version (it once said v0 after the id was v1)
+    assert e.unwrapped.metadata["name"] == "mara_compute_cluster_v1"
+    assert mara_env.parallel_env(**SMALL).metadata["name"] == env_name(mara_env.ENV_ID)
     p = pettingzoo.make("parallel", mara_env.ENV_ID, **SMALL)
     obs, _ = p.reset(seed=0)
     assert set(obs) == set(p.possible_agents)
@@ -113,6 +115,31 @@ def test_nodes_pending_counts_the_task_nodes_still_to_choose():
             seen += expected
         e.step(int(rng.choice(np.flatnonzero(obs["action_mask"]))))
     assert seen > 0
+
+
+def test_slots_are_the_schedulers_deadline_order():
+    """One deadline order: the env's slots are ``edf_order``'s first K tasks (the same
+    function, so ``pred_share`` keeps flow_share's round-robin order)."""
+    from mara_env import cluster_env, schedulers
+
+    assert cluster_env.edf_order is schedulers.edf_order
+    e = raw_env(**{**SMALL, "num_slots": 3, "load": 3.0})
+    e.reset(seed=2)
+    rng = np.random.default_rng(0)
+    hidden = 0
+    for _ in e.agent_iter(1500):
+        obs, _, term, trunc, _ = e.last()
+        if term or trunc:
+            e.step(None)
+            continue
+        engine = e.engine
+        order = schedulers.edf_order(engine.sim)
+        visible = engine.slot_tasks[engine.slot_tasks >= 0]
+        assert visible.tolist() == order[:3].tolist()
+        assert engine.queued.tolist() == order[3:].tolist()
+        hidden += len(engine.queued)
+        e.step(int(rng.choice(np.flatnonzero(obs["action_mask"]))))
+    assert hidden > 0  # the order decided which tasks were visible
 
 
 def test_strict_mode_raises_naming_agent_action_and_mask():

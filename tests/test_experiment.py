@@ -326,7 +326,7 @@ def test_unreadable_files_are_named(tmp_path: Path) -> None:
 
 
 def test_out_and_input_files_are_checked(tmp_path: Path) -> None:
-    from mara_agents.training.experiment import check_inputs, check_out
+    from mara_agents.training.records import check_inputs, check_out
 
     file = write(tmp_path / "f", "")
     for out in (file, file / "sub"):
@@ -342,7 +342,7 @@ def test_out_and_input_files_are_checked(tmp_path: Path) -> None:
 def test_resume_refuses_a_changed_experiment(tmp_path: Path) -> None:
     import dataclasses
 
-    from mara_agents.training.experiment import check_unchanged, write_record
+    from mara_agents.training.records import check_unchanged, write_record
 
     exp = parse_experiment({**MINIMAL, "stop": {"training_iteration": 3}})
     record = tmp_path / "run" / "experiment.yaml"
@@ -362,7 +362,7 @@ def test_resume_refuses_a_changed_experiment(tmp_path: Path) -> None:
 
 
 def test_train_loads_reach_the_env_config_and_only_then_the_record() -> None:
-    from mara_agents.training.experiment import experiment_record
+    from mara_agents.training.records import experiment_record
 
     plain = parse_experiment({**MINIMAL, "view": "round"})
     assert "loads" not in plain.env_config() and "train_loads" not in experiment_record(plain)
@@ -372,9 +372,9 @@ def test_train_loads_reach_the_env_config_and_only_then_the_record() -> None:
 
 
 def test_group_advantage_reaches_the_config_and_only_then_the_record() -> None:
-    from mara_agents.training.experiment import experiment_record
     from mara_agents.training.group import GroupedEnvRunner, GroupPPOLearner, group_size
     from mara_agents.training.ppo import build_config
+    from mara_agents.training.records import experiment_record
 
     plain = parse_experiment({**MINIMAL, "view": "round"})
     assert "advantage" not in experiment_record(plain)

@@ -191,7 +191,7 @@ def test_bad_checkpoints_raise_clear_errors(tmp_path, case):
         torch.save({**blob, "model_config": {**blob["model_config"], "hidden": 48}}, path)
     expected = {
         "missing": "no such checkpoint file",
-        "corrupt": "not a readable torch checkpoint",
+        "corrupt": r"not a flow-predictor checkpoint \(torch.load failed",
         "foreign": "not a flow-predictor checkpoint",
         "version": "format version 99",
         "grid": "grid 'future_ratios' does not match",

@@ -191,3 +191,49 @@ def test_evaluating_the_shipped_policy_imports_no_ray(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr[-3000:]
     results = (tmp_path / "eval" / "results.csv").read_text().splitlines()
     assert len(results) == 2 and results[1].startswith("mara,1.0,0,")
+
+
+def test_the_harness_agent_leaves_torch_threads_alone() -> None:
+    """Building and running MaraAgent does not change the process's torch thread count."""
+    from mara_env.cluster_env import env
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        agent = MaraAgent()
+        aec = env(num_nodes=4, num_slots=agent.num_slots, horizon=6, split="val")
+        aec.reset(seed=1)
+        agent.reset(aec, seed=1)
+        assert agent.act_round(aec).shape == (4,)
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_greedy_fixed_point_decodes_as_node_after_node() -> None:
+    """The batched fixed point gives the greedy actions of decoding node after node, on
+    random rounds of a random network (not only on the shipped policy's easy rounds)."""
+    from flow_predictor.wrapper import wrap
+    from mara_agents.policy.rounds import _decode_in_turn, greedy_fixed_point
+    from mara_env.cluster_env import env
+    from mara_env.round_env import RoundEnv
+
+    torch.manual_seed(0)
+    policy = load_policy(SHIPPED_POLICY)
+    net = MaraNet(policy.net.layout, ModelConfig(stay_bias=0.0)).eval()
+    slots = policy.net.layout.num_slots
+    aec = env(num_nodes=12, num_slots=slots, horizon=20, split="val", load=2.0)
+    view = RoundEnv(wrap(aec, policy.wrapper, policy.meta.get("wrapper_options")))
+    view.reset(seed=3)
+    rng = np.random.default_rng(0)
+    checked = 0
+    while not view.engine.finished:
+        obs = {k: torch.from_numpy(np.asarray(v))[None] for k, v in view.observe().items()}
+        with torch.inference_mode():
+            fixed, logits = greedy_fixed_point(net, obs)
+            turn, _, turn_logits = _decode_in_turn(net, obs, greedy=True)
+        assert torch.equal(fixed, turn)
+        assert torch.allclose(logits, turn_logits, atol=1e-5)
+        checked += 1
+        view.play(rng.integers(0, view.action_space.nvec[0], size=12))
+    assert checked >= 20

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from flow_predictor.checkpoint import SHIPPED_CHECKPOINT
-from flow_predictor.flow_share import DEFAULTS
+from flow_predictor.flow_share import DEFAULTS, FLOW_SAMPLES
 from mara_agents.policy.runtime import SHIPPED_POLICY, PolicyFileError, load_policy, save_policy
 
 
@@ -41,8 +41,27 @@ def test_save_policy_writes_the_record(tmp_path):
     data = torch.load(save_policy(net, tmp_path / "p.pt", env), weights_only=True)
     assert data["flow_share"] == {"quantile": 0.9, "slack": 2, "drop": 0.05, "refresh": 0.1}
     assert data["predictor_sha256"] == hashlib.sha256(SHIPPED_CHECKPOINT.read_bytes()).hexdigest()
+    assert data["flow_samples"] == 32
     bare = torch.load(save_policy(net, tmp_path / "n.pt", {}), weights_only=True)
     assert bare["flow_share"] is None and bare["predictor_sha256"] is None
+    assert bare["flow_samples"] is None
+    default = torch.load(
+        save_policy(net, tmp_path / "d.pt", {"wrapper": "flow"}), weights_only=True
+    )
+    assert default["flow_samples"] == FLOW_SAMPLES  # the count wrap(env, "flow") uses
+
+
+def test_another_flow_sample_count_is_refused(tmp_path):
+    path = shipped_with(tmp_path, flow_samples=64, wrapper_options={})
+    with pytest.raises(PolicyFileError, match=r"policy\.pt: trained with flow_samples=64.* 32"):
+        load_policy(path)
+
+
+def test_a_file_without_a_flow_sample_count_warns_unless_its_options_name_one(tmp_path):
+    assert "flow_samples" not in torch.load(SHIPPED_POLICY, weights_only=True)
+    path = shipped_with(tmp_path, wrapper_options={})  # written when the default was 64
+    with pytest.warns(UserWarning, match="records no flow sample count"):
+        load_policy(path)
 
 
 def test_another_flow_share_rule_is_refused_naming_the_file_and_the_values(tmp_path):

@@ -55,7 +55,7 @@ def test_retrain_calls_the_library_from_any_directory(tmp_path, monkeypatch) -> 
     from flow_predictor.train import TrainConfig
     from mara_agents.policy.runtime import load_policy
     from mara_agents.reproduce import retrain
-    from mara_agents.training.experiment import RECORD
+    from mara_agents.training.records import RECORD
 
     recipe = tmp_path / "recipes" / "tiny.yaml"
     recipe.parent.mkdir()

@@ -205,8 +205,8 @@ def test_pretrain_with_dagger_writes_stages_and_resumes(tmp_path: Path) -> None:
     layout = ObsLayout.infer(8 + 3 * SLOT, 8 + 3 * SLOT + 4, 4)
     net = MaraNet(layout, ModelConfig(hidden=16, heads=2, critic_hidden=16))
     net.load_state_dict(after)
-    teacher = collect_demonstrations(exp, 1, seed=7)
-    driven = collect_demonstrations(exp, 1, seed=7, policy=net)
+    teacher = collect_demonstrations(exp, [7])
+    driven = collect_demonstrations(exp, [7], policy=net)
     assert driven["action"].shape == driven["return"].shape
     assert set(np.unique(driven["action"])) <= set(range(4))
     assert len(teacher["action"]) == len(driven["action"])  # same episode length (all rounds)

@@ -87,3 +87,33 @@ def test_paired_power_script(config, tmp_path) -> None:
         cwd=ROOT,
     )
     assert bad.returncode != 0 and "'nope': not in the results tables" in bad.stderr
+
+
+def test_completion_plot_legend_covers_no_curve(tmp_path, monkeypatch) -> None:
+    """The legend sits beside the axes of completion_vs_load.png (inside, it hid the
+    curves at loads 1 to 1.4), however many schedulers it names."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib.figure import Figure
+
+    from mara_agents.evaluation.report import plot_completion
+
+    saved: list[Figure] = []
+    monkeypatch.setattr(Figure, "savefig", lambda fig, *a, **k: saved.append(fig))
+    specs = ["lara", "mara=runs/a_long_policy_name.pt", *(f"s{i}" for i in range(6))]
+    df = pd.DataFrame(
+        [
+            {"scheduler": s, "load": load, "completion_rate": 0.95 - 0.1 * load}
+            for s in specs
+            for load in (0.5, 1.0, 1.2, 1.4, 2.0)
+            for _ in range(3)
+        ]
+    )
+    plot_completion(df, tmp_path / "completion_vs_load.png")
+    (fig,) = saved
+    fig.canvas.draw()
+    (ax,) = fig.axes
+    legend, axes_box = ax.get_legend().get_window_extent(), ax.get_window_extent()
+    assert legend.x0 >= axes_box.x1  # right of the plotting area: over no curve
+    assert legend.x1 <= fig.bbox.x1  # and inside the image

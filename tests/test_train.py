@@ -263,9 +263,12 @@ def test_bad_files_and_out_stop_at_the_door(tmp_path: Path, capsys: pytest.Captu
     assert "rand.yaml: not a text file" in err
     file = tmp_path / "file"
     file.write_text("")
-    for out in (file, file / "sub"):
-        err = _bad_input(tmp_path, [str(SMOKE), "--out", str(out)], capsys)
-        assert f"{file} is a file; expected a directory" in err
+    err = _bad_input(tmp_path, [str(SMOKE), "--out", str(file)], capsys)
+    assert f"out='{file}': is a file; expected a directory" in err
+    err = _bad_input(tmp_path, [str(SMOKE), "--out", str(file / "sub")], capsys)
+    assert f"{file} is a file; expected a directory" in err
+    err = _bad_input(tmp_path, [str(SMOKE), "--out", "/proc/mara-no-such-dir/out"], capsys)
+    assert "cannot write in /proc/mara-no-such-dir/out" in err  # as root, os.access says yes here
     err = _bad_input(tmp_path, [str(SMOKE), "--out", str(tmp_path / "r"), "--resume"], capsys)
     assert "nothing to resume" in err
     err = _bad_input(

@@ -10,7 +10,7 @@ import torch
 from pettingzoo.test import api_test, seed_test, state_test
 
 from flow_predictor.checkpoint import load_predictor
-from flow_predictor.flow_share import confident_nodes
+from flow_predictor.flow_share import FLOW_SAMPLES, confident_nodes
 from flow_predictor.wls import WLSPredictor
 from flow_predictor.wrapper import PREDICTOR_FEATURES, PredictorFeatures
 from mara_env.cluster_env import CAP_SCALE, SLOT_FEATURES, env, parallel_env
@@ -95,7 +95,8 @@ def test_every_predictor_feature_is_its_definition(flow):
     (module docstring) recomputed from the cached predictions, bit for bit."""
     from flow_predictor.features import nan_clip
     from flow_predictor.flow_share import flow_share_counts
-    from flow_predictor.wrapper import LIMIT, QUANTILES
+    from flow_predictor.wrapper import LOG_TICKS_SCALE, QUANTILES
+    from mara_env.cluster_env import OBS_LIMIT
 
     e = wrapped(flow, load=3.0, num_nodes=8, num_slots=8)
     e.reset(seed=5)
@@ -116,7 +117,7 @@ def test_every_predictor_feature_is_its_definition(flow):
             cap = wl.rate[tasks] * wl.cap[tasks] ** wl.alpha[tasks] * np.maximum(left - 1, 0)
             want, share = flow_share_counts(sim, tasks, rw)
             with np.errstate(over="ignore", invalid="ignore"):
-                qs = np.log1p(rw.quantiles(QUANTILES) / ref[:, None]) / 2.0
+                qs = np.log1p(rw.quantiles(QUANTILES) / ref[:, None]) / LOG_TICKS_SCALE
             expect = np.zeros((len(tasks), P), np.float32)
             expect[:, :3] = qs
             expect[:, 3] = rw.prob_within(now)
@@ -125,7 +126,8 @@ def test_every_predictor_feature_is_its_definition(flow):
             expect[:, 6] = want / wl.cap[tasks]
             expect[:, 7] = share / wl.cap[tasks]
             slots = obs["observation"][e.node_dim :].reshape(e.num_slots, B + P)
-            np.testing.assert_array_equal(slots[: len(tasks), B:], nan_clip(expect, -LIMIT, LIMIT))
+            clipped = nan_clip(expect, -OBS_LIMIT, OBS_LIMIT)  # the env's bounds, one definition
+            np.testing.assert_array_equal(slots[: len(tasks), B:], clipped)
             checked += int((~rw.fallback).sum())
         e.step(int(rng.choice(np.flatnonzero(obs["action_mask"]))))
     assert checked > 20  # many flow predictions (not only fallbacks) were compared
@@ -191,13 +193,35 @@ def test_prediction_cache_refreshes_on_report_growth_and_shifts_by_work_done():
         PredictionCache(pred, refresh=-1)
 
 
+def test_one_flow_sample_count_for_the_wrapper_and_flow_share(monkeypatch):
+    """PredictorFeatures' default, ``wrap(env, "flow")`` and flow_share load the flow model
+    with the same sample count (FLOW_SAMPLES), unless the wrapper options name one."""
+    import flow_predictor.checkpoint
+    from flow_predictor.flow_share import FlowShare
+    from flow_predictor.wrapper import make_predictor, wrap
+
+    asked: list[int] = []
+
+    def fake_load(path=None, **kwargs):
+        asked.append(kwargs["n_samples"])
+        return WLSPredictor()  # a predictor the wrapper accepts; only the count matters
+
+    monkeypatch.setattr(flow_predictor.checkpoint, "load_predictor", fake_load)
+    PredictorFeatures(env(**SMALL))
+    wrap(env(**SMALL), "flow")
+    FlowShare(predictor="flow").reset(None, np.random.default_rng(0))
+    assert asked == [FLOW_SAMPLES] * 3
+    make_predictor("flow", {"n_samples": 8})
+    assert asked[-1] == 8
+
+
 def test_nodes_needed_feature_is_the_flow_share_want():
     """The clone's teacher and the policy's feature agree: same predictions, same want."""
     from flow_predictor.flow_share import FlowShare
     from mara_env.schedulers import SchedulerAgent
 
     # Light load: every active task is visible (the teacher predicts all active tasks).
-    e = wrapped(load_predictor(n_samples=32), load=0.6, horizon=60)
+    e = wrapped(load_predictor(n_samples=FLOW_SAMPLES), load=0.6, horizon=60)
     teacher = FlowShare()
     agent = SchedulerAgent(teacher)
     e.reset(seed=5)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from flow_predictor.remaining import PredictionCache, RemainingWork
 from mara_agents.baselines.lara import WLSScheduler, explore_counts
 from mara_env.cluster import ClusterSim
 from mara_env.schedulers import Scheduler, edf_order, spread, ticks_needed, warm_nodes
@@ -42,6 +43,19 @@ class LeastSlack(WLSScheduler):
         return counts
 
 
+def _optimus_fit(sim: ClusterSim, tasks: np.ndarray) -> tuple[RemainingWork, np.ndarray]:
+    """Optimus' remaining work of ``tasks``, counted from their work now: the work done
+    between a fit and the next one counts against the predicted remaining work."""
+    from flow_predictor.optimus import OptimusPredictor  # scipy, only when Optimus runs
+
+    pred = OptimusPredictor().predict(
+        [np.asarray(sim.hist_work[k]) for k in tasks],
+        [np.asarray(sim.hist_loss[k]) for k in tasks],
+        sim.workload.target[tasks],
+    )
+    return pred, sim.work[tasks]
+
+
 class Optimus(Scheduler):
     """Optimus-style greedy marginal gain (Peng et al., EuroSys 2018), deadline-blind.
 
@@ -57,32 +71,16 @@ class Optimus(Scheduler):
     def __init__(self, explore_reports: int = 3, refit_every: int = 5) -> None:
         self.explore_reports = int(explore_reports)
         self.refit_every = max(int(refit_every), 1)
+        # A fallback (too few reports) waits for the next refit like any other fit.
+        self._fits = PredictionCache(_optimus_fit, every=self.refit_every, refit_fallbacks=False)
 
     def reset(self, sim: ClusterSim, rng: np.random.Generator) -> None:
         super().reset(sim, rng)
-        self._cache: dict[int, tuple[int, float]] = {}
+        self._fits.clear()
 
     def remaining(self, sim: ClusterSim, tasks: np.ndarray) -> np.ndarray:
         """Predicted remaining work (inf: never reaches its target by the fit)."""
-        from flow_predictor.optimus import OptimusPredictor
-
-        counts = [len(sim.hist_work[k]) for k in tasks]
-        stale = [
-            i
-            for i, (k, n) in enumerate(zip(tasks, counts))
-            if int(k) not in self._cache or n - self._cache[int(k)][0] >= self.refit_every
-        ]
-        if stale:
-            ks = tasks[stale]
-            pred = OptimusPredictor().predict(
-                [np.asarray(sim.hist_work[k]) for k in ks],
-                [np.asarray(sim.hist_loss[k]) for k in ks],
-                sim.workload.target[ks],
-            )
-            for k, i, r in zip(ks, stale, pred.samples[:, 0]):
-                # Work done since the fit counts against the predicted remaining work.
-                self._cache[int(k)] = (counts[i], float(r) + float(sim.work[k]))
-        total = np.array([self._cache[int(k)][1] for k in tasks])
+        total = self._fits.totals(sim, tasks)[:, 0]
         return np.maximum(np.nan_to_num(total, nan=np.inf) - sim.work[tasks], 0.0)
 
     def allocate(self, sim: ClusterSim) -> np.ndarray:

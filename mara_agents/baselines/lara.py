@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from flow_predictor.remaining import PredictionCache, RemainingWork
 from flow_predictor.wls import fit_power_law
 from mara_env.cluster import ClusterSim
 from mara_env.schedulers import (
@@ -44,35 +45,31 @@ class WorkPredictor:
         self.ridge = ridge
         self.margin = margin
         self.min_reports = max(int(min_reports), 2)
-        self._cache: dict[int, tuple[int, float]] = {}
+        self._fits = PredictionCache(self._fit)
 
     def reset(self) -> None:
         """Forget all fits (new episode)."""
-        self._cache = {}
+        self._fits.clear()
 
-    def total_work(self, sim: ClusterSim, tasks: np.ndarray) -> np.ndarray:
-        """Predicted total work of ``tasks`` to reach their targets (inf: not predictable)."""
+    def _fit(self, sim: ClusterSim, tasks: np.ndarray) -> tuple[RemainingWork, np.ndarray]:
+        """The cache's predictor: total work (counted from 0) by one batched WLS fit of the
+        tasks with ``min_reports`` reports; ``inf`` for the others."""
         total = np.full(len(tasks), np.inf)
-        counts = [len(sim.hist_work[k]) for k in tasks]
-        stale = []
-        for i, (k, n) in enumerate(zip(tasks, counts)):
-            hit = self._cache.get(int(k))
-            if hit is not None and hit[0] == n:
-                total[i] = hit[1]
-            elif n >= self.min_reports:
-                stale.append(i)
-        if stale:
-            ks = tasks[stale]
+        rows = [i for i, k in enumerate(tasks) if len(sim.hist_work[k]) >= self.min_reports]
+        if rows:
+            ks = tasks[rows]
             fit = fit_power_law(
                 [np.asarray(sim.hist_work[k]) for k in ks],
                 [np.asarray(sim.hist_loss[k]) for k in ks],
                 self.discount,
                 self.ridge,
             )
-            total[stale] = fit.predicted_work(sim.workload.target[ks])
-        for k, n, w in zip(tasks, counts, total):
-            self._cache[int(k)] = (n, float(w))
-        return total
+            total[rows] = fit.predicted_work(sim.workload.target[ks])
+        return RemainingWork(total[:, None], np.zeros(len(tasks), bool)), np.zeros(len(tasks))
+
+    def total_work(self, sim: ClusterSim, tasks: np.ndarray) -> np.ndarray:
+        """Predicted total work of ``tasks`` to reach their targets (inf: not predictable)."""
+        return self._fits.totals(sim, tasks)[:, 0]
 
     def remaining(self, sim: ClusterSim, tasks: np.ndarray) -> np.ndarray:
         """Predicted remaining work of ``tasks``, inflated by the safety margin."""

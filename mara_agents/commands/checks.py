@@ -9,11 +9,11 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import shutil
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
+
+from mara_agents.outputs import output_dir_problem
 
 T = TypeVar("T")
 
@@ -70,30 +70,12 @@ def check_output_dir(path: str | os.PathLike, option: str = "--out", label: obje
     """Raise :class:`UsageError` unless new files can be written in directory ``path``
     (which may not exist yet); messages show ``label`` (default: ``path``) as the value.
 
-    Checked by writing a probe file, which also holds for root and read-only mounts; the
-    file system is left as it was (directories made for the probe are removed again).
+    Checked by writing a probe file (:func:`mara_agents.outputs.output_dir_problem`).
     """
-    path = Path(path)
-    label = path if label is None else label
-    existing = path
-    while not existing.exists() and existing != existing.parent:
-        existing = existing.parent
-    if not existing.is_dir():
-        what = "is a file" if existing == label else f"{existing} is a file"
-        raise UsageError(f"{option} {label}: {what}; expected a directory there")
-    made = None if existing == path else existing / path.relative_to(existing).parts[0]
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=path):
-            pass
-    except OSError as exc:
-        raise UsageError(
-            f"{option} {label}: cannot write in {path} ({exc.strerror or exc}); "
-            "expected a writable directory"
-        ) from None
-    finally:
-        if made is not None:
-            shutil.rmtree(made, ignore_errors=True)
+    label = Path(path) if label is None else label
+    problem = output_dir_problem(path, label)
+    if problem is not None:
+        raise UsageError(f"{option} {label}: {problem}")
 
 
 def output_file(path: str | os.PathLike, option: str = "--out") -> None:

@@ -55,12 +55,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def checked_args(args: argparse.Namespace) -> dict[str, Any]:
     """The keyword arguments of :func:`~mara_agents.evaluation.runner.evaluate`, checked."""
-    from mara_agents.evaluation.registry import resolve
+    from mara_agents.evaluation.registry import expand_alias
     from mara_agents.evaluation.report import REFERENCE
 
     specs, loads, seeds = checks.run_lists(args)
     for i, spec in enumerate(specs):
-        same = next((s for s in specs[:i] if resolve(s) == resolve(spec)), None)
+        same = next((s for s in specs[:i] if expand_alias(s) == expand_alias(spec)), None)
         if same is not None:
             raise checks.UsageError(
                 f"--schedulers: {spec!r} names the same scheduler as {same!r}; give each once"

@@ -31,17 +31,32 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from mara_agents.policy.runtime import load_policy
+    from mara_agents.commands import checks
+    from mara_agents.policy.runtime import PolicyFileError, load_policy
     from mara_agents.training.experiment import load_experiment
     from mara_agents.training.export import export_checkpoint, export_warm_start
+    from mara_env.config import ConfigError
 
-    if Path(args.checkpoint).is_file():
-        if not args.experiment:
-            print("error: exporting a warm-start state dict needs --experiment", file=sys.stderr)
-            return 2
-        path = export_warm_start(args.checkpoint, load_experiment(args.experiment), args.out)
-    else:
-        path = export_checkpoint(args.checkpoint, args.out)
+    checkpoint = Path(args.checkpoint)
+    try:
+        if not checkpoint.exists():
+            raise checks.UsageError(
+                f"CHECKPOINT {checkpoint}: no such file or directory; expected an RLlib "
+                "checkpoint directory, or a warm-start state dict with --experiment"
+            )
+        if checkpoint.is_file() and not args.experiment:
+            raise checks.UsageError(
+                f"CHECKPOINT {checkpoint} is a file: exporting a warm-start state dict needs "
+                "--experiment FILE.yaml"
+            )
+        checks.output_file(args.out)
+        if checkpoint.is_file():
+            path = export_warm_start(checkpoint, load_experiment(args.experiment), args.out)
+        else:
+            path = export_checkpoint(checkpoint, args.out)
+    except (checks.UsageError, ConfigError, FileNotFoundError, PolicyFileError) as exc:
+        print(f"mara export: error: {exc}", file=sys.stderr)
+        return 2
     policy = load_policy(path)
     size = path.stat().st_size / 1024
     params = sum(p.numel() for p in policy.net.parameters())

@@ -20,6 +20,9 @@ spec that cannot be built (unknown name, bad parameter, missing or broken policy
 from __future__ import annotations
 
 import importlib
+import inspect
+import types
+import typing
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -80,7 +83,7 @@ def _function(ref: Callable | str) -> Callable:
 ALIASES = {"mara": "mara="}
 
 
-def resolve(spec: str) -> str:
+def expand_alias(spec: str) -> str:
     """A spec with aliases expanded (plain ``mara`` is the shipped policy)."""
     return ALIASES.get(spec, spec)
 
@@ -133,18 +136,71 @@ def _parse_value(text: str) -> Any:
     return text
 
 
+# The annotations a spec's text can be checked against (and turned into), by name.
+CHECKABLE = {int: "int", float: "float", str: "str", bool: "bool", type(None): "None"}
+BOOLEANS = {"true": True, "false": False}
+
+
+def _annotated_types(hint: Any) -> tuple[type, ...] | None:
+    """The types ``hint`` (``int``, ``float | None``, ...) allows; None if it is not made of
+    :data:`CHECKABLE` ones (such a value is passed on unchecked)."""
+    union = typing.get_origin(hint) in (typing.Union, types.UnionType)
+    allowed = typing.get_args(hint) if union else (hint,)
+    return allowed if all(t in CHECKABLE for t in allowed) else None
+
+
+def _typed_value(spec: str, key: str, text: str, hint: Any) -> Any:
+    """``key``'s value from its ``text`` (an int, else a float, else the text), once it is
+    of a type ``hint`` allows: an int passes for a float, text for a str, true/false for a
+    bool."""
+    value = _parse_value(text)
+    allowed = _annotated_types(hint)
+    if allowed is None or type(value) in allowed or (type(value) is int and float in allowed):
+        return value
+    if str in allowed:
+        return text
+    if bool in allowed and text.lower() in BOOLEANS:
+        return BOOLEANS[text.lower()]
+    expected = " or ".join(CHECKABLE[t] for t in allowed if t is not type(None))
+    raise SpecError(f"scheduler spec {spec!r}: {key}={text!r}; expected {expected}")
+
+
+def _scheduler_kwargs(spec: str, cls: type[Scheduler], params: list[str]) -> dict[str, Any]:
+    """The constructor keyword arguments of ``spec``'s ``key=value`` parameters, each a
+    parameter of ``cls``'s constructor and of the type it is annotated with."""
+    signature = inspect.signature(cls)
+    named = [
+        n
+        for n, p in signature.parameters.items()
+        if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+    ]
+    open_ended = any(p.kind is p.VAR_KEYWORD for p in signature.parameters.values())
+    try:
+        hints = typing.get_type_hints(cls.__init__)
+    except (NameError, TypeError):  # an annotation that does not resolve here: not checked
+        hints = {}
+    kwargs = {}
+    for p in params:
+        key, eq, text = p.partition("=")
+        if not eq:
+            raise SpecError(f"scheduler spec {spec!r}: parameter {p!r} is not key=value")
+        if key not in named and not open_ended:
+            raise SpecError(
+                f"scheduler spec {spec!r}: unknown parameter {key!r}; "
+                f"known: {', '.join(named) or f'none ({cls.__name__} takes no parameters)'}"
+            )
+        kwargs[key] = _typed_value(spec, key, text, hints.get(key))
+    return kwargs
+
+
 def make_scheduler(spec: str) -> Scheduler:
     """Build the scheduler named by ``NAME[:key=value...]``; ``NAME`` is a built-in
     scheduler or the import path ``package.module.Class`` of a :class:`Scheduler`
-    subclass (imported in every worker process)."""
+    subclass (imported in every worker process).  Each value is checked against the
+    constructor's annotation first (:func:`_typed_value`)."""
     name, *params = spec.split(":")
     cls = _scheduler_class(name)
-    kwargs = {}
-    for p in params:
-        key, eq, value = p.partition("=")
-        if not eq:
-            raise SpecError(f"scheduler spec {spec!r}: parameter {p!r} is not key=value")
-        kwargs[key] = _parse_value(value)
+    kwargs = _scheduler_kwargs(spec, cls, params)
     try:
         return cls(**kwargs)
     except (TypeError, ValueError) as exc:

@@ -129,7 +129,7 @@ def plot_completion(df: pd.DataFrame, path: str | os.PathLike) -> None:
     import matplotlib.pyplot as plt
 
     s = summarise(df)
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig, ax = plt.subplots(figsize=(7.5, 4))
     for spec, g in s.groupby("scheduler", sort=False):
         yerr = g["ci95"].fillna(0)
         ax.errorbar(g["load"], g["mean"], yerr=yerr, marker="o", capsize=3, label=spec)
@@ -137,7 +137,8 @@ def plot_completion(df: pd.DataFrame, path: str | os.PathLike) -> None:
     ax.set_ylabel("completion rate")
     ax.set_ylim(0, 1)
     ax.grid(alpha=0.3)
-    ax.legend()
+    # Beside the axes: inside, it covered the curves wherever they ran high (loads 1 to 1.4).
+    ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0, fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

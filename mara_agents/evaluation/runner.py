@@ -12,6 +12,7 @@ before any episode runs; :func:`evaluate` returns the results table of
 from __future__ import annotations
 
 import math
+import multiprocessing
 import os
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -24,15 +25,15 @@ import pandas as pd
 from mara_agents.evaluation.registry import (
     Agent,
     check_spec,
+    expand_alias,
     is_agent_spec,
     make_agent,
     make_scheduler,
-    resolve,
 )
 from mara_agents.evaluation.report import REFERENCE, write_outputs
 from mara_agents.evaluation.stats import COLUMNS, FAMILY_PREFIXES, METRICS
 from mara_env.config import ClusterConfig
-from mara_env.schedulers import run_episode
+from mara_env.schedulers import Scheduler, run_episode
 from mara_env.traces import TraceSet, load_traces
 
 
@@ -41,9 +42,13 @@ def run_agent_episode(
 ) -> dict:
     """One episode of an env-driven agent through ``raw_env``; returns its metrics.
 
-    With ``record`` the metrics also hold ``allocation`` (ticks x nodes task indices).
+    An agent with ``act_round`` acts once per round on the round view
+    (:class:`~mara_env.round_env.RoundEnv`) of the env; one without acts node by node
+    through the AEC loop.  With ``record`` the metrics also hold ``allocation``
+    (ticks x nodes task indices).
     """
     from mara_env.cluster_env import raw_env
+    from mara_env.round_env import RoundEnv
 
     slots = getattr(agent, "num_slots", None)
     if slots is not None and slots != config.num_slots:
@@ -52,9 +57,15 @@ def run_agent_episode(
     env.engine.sim.record = record
     env.reset(seed=seed)
     agent.reset(env, seed)
-    for name in env.agent_iter():
-        _, _, term, trunc, _ = env.last()
-        env.step(None if term or trunc else agent.act(env, name))
+    act_round = getattr(agent, "act_round", None)
+    if act_round is not None:
+        rounds = RoundEnv(env)
+        while not env.engine.finished:
+            rounds.play(act_round(env))
+    else:
+        for name in env.agent_iter():
+            _, _, term, trunc, _ = env.last(observe=False)
+            env.step(None if term or trunc else agent.act(env, name))
     sim = env.engine.sim
     out: dict[str, Any] = sim.metrics()
     if record:
@@ -63,12 +74,25 @@ def run_agent_episode(
 
 
 def run_spec(
-    spec: str, config: ClusterConfig, traces: TraceSet, seed: int, record: bool = False
+    spec: str,
+    config: ClusterConfig,
+    traces: TraceSet,
+    seed: int,
+    record: bool = False,
+    built: Agent | Scheduler | None = None,
 ) -> dict:
-    """Metrics of one episode of ``spec`` (scheduler fast path or env-driven agent)."""
+    """Metrics of one episode of ``spec`` (scheduler fast path or env-driven agent);
+    ``built``: the agent or scheduler :func:`build` made of ``spec`` (reset here), else
+    built now."""
+    made = build(spec) if built is None else built
     if is_agent_spec(spec):
-        return run_agent_episode(make_agent(spec), config, traces, seed, record)
-    return run_episode(make_scheduler(spec), config, traces, seed, record)
+        return run_agent_episode(made, config, traces, seed, record)
+    return run_episode(made, config, traces, seed, record)
+
+
+def build(spec: str) -> Agent | Scheduler:
+    """The agent or scheduler of ``spec``, to be reset for each of its episodes."""
+    return make_agent(spec) if is_agent_spec(spec) else make_scheduler(spec)
 
 
 def episode_seed(base_seed: int, load: float, episode: int) -> int:
@@ -91,6 +115,7 @@ _WORKER: dict[str, Any] = {}
 
 def _init_worker(config: ClusterConfig, traces: TraceSet | None) -> None:
     _WORKER["config"] = config
+    _WORKER["built"] = {}
     _WORKER["traces"] = (
         traces
         if traces is not None
@@ -101,14 +126,21 @@ def _init_worker(config: ClusterConfig, traces: TraceSet | None) -> None:
 
 
 def _run_job(job: Job) -> list[dict]:
-    return _job_rows(job, _WORKER["config"], _WORKER["traces"])
+    # one agent per spec and worker process: a policy file is read once, not per episode
+    built = _WORKER["built"]
+    if job.spec not in built:
+        built[job.spec] = build(job.spec)
+    return _job_rows(job, _WORKER["config"], _WORKER["traces"], built[job.spec])
 
 
-def _job_rows(job: Job, config: ClusterConfig, traces: TraceSet) -> list[dict]:
+def _job_rows(
+    job: Job, config: ClusterConfig, traces: TraceSet, built: Agent | Scheduler | None = None
+) -> list[dict]:
     config = config.replace(load=job.load)
+    built = build(job.spec) if built is None else built
     rows = []
     for episode, base, seed in job.episodes:
-        m = run_spec(job.spec, config, traces, seed)
+        m = run_spec(job.spec, config, traces, seed, built=built)
         rows.append(
             {
                 "scheduler": job.spec,
@@ -186,7 +218,7 @@ def evaluate(
     ``host:port`` of a head started with ``ray start --head``); results are identical.
     """
     names = list(specs)
-    specs = [resolve(s) for s in specs]
+    specs = [expand_alias(s) for s in specs]
     for spec in specs:
         check_spec(spec)
     config = config or ClusterConfig()
@@ -204,7 +236,14 @@ def evaluate(
             rows += _run_job(job)
             bar.update(len(job.episodes))
     else:
-        pool = ProcessPoolExecutor(workers, initializer=_init_worker, initargs=(config, traces))
+        # forkserver, not fork: a parent that has run torch (a policy, the flow model) holds
+        # an intra-op thread pool, and a forked child that uses torch can hang on it.
+        pool = ProcessPoolExecutor(
+            workers,
+            mp_context=multiprocessing.get_context("forkserver"),
+            initializer=_init_worker,
+            initargs=(config, traces),
+        )
         with pool as ex:
             for job, got in zip(jobs, ex.map(_run_job, jobs)):
                 rows += got

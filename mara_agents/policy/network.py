@@ -39,6 +39,10 @@ from mara_env.cluster_env import NODE_FEATURES, QUEUE_FEATURES, SLOT_FEATURES
 
 # Very negative but finite: exp() underflows to exactly 0 and 0 * logit stays 0 (no NaN).
 MASKED_LOGIT = -1e9
+# An empty slot's score in the softmax and max over slots (attention, the critic's pooling):
+# far below any real score, so it weighs 0 and never is the max, yet an all-empty row stays
+# finite; unlike MASKED_LOGIT it fits in float16 (largest 65504).
+EMPTY_SLOT_SCORE = -1e4
 MINE_INDEX = SLOT_FEATURES.index("is_mine")  # the slot row's "served it last tick" flag
 # The slot features that differ between the nodes of a round, in the order of the
 # per-node feature tensors (``(..., K, 3)``) that MaraNet.head reads.
@@ -101,10 +105,6 @@ class ObsLayout:
                 f"{len(QUEUE_FEATURES)} queue features"
             )
         return layout
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> ObsLayout:
-        return cls(**{f.name: d[f.name] for f in fields(cls)})
 
 
 def _mlp(inp: int, hidden: int, out: int) -> nn.Sequential:
@@ -193,7 +193,7 @@ class MaraNet(nn.Module):
             slots, occupied = slots[:, :width], occupied[:, :width]
         h = self.slot_enc(slots.index_select(-1, self.shared_cols))
         k = slots.shape[1]
-        key_bias = torch.where(occupied, 0.0, -1e4)[:, None, :].expand(-1, k, -1)
+        key_bias = torch.where(occupied, 0.0, EMPTY_SLOT_SCORE)[:, None, :].expand(-1, k, -1)
         for block in self.blocks:
             h = block(h, key_bias)
         occ = occupied.to(h.dtype)[..., None]
@@ -263,7 +263,7 @@ class MaraNet(nn.Module):
         occ = (slots[..., lay.occupied_index] > 0.5).float()[..., None]
         e = self.critic_slot(slots)
         mean = (occ * e).sum(-2) / (occ.sum(-2) + 1e-6)
-        mx = torch.where(occ > 0, e, torch.full_like(e, -1e4)).amax(-2).clamp(min=-1.0)
+        mx = torch.where(occ > 0, e, torch.full_like(e, EMPTY_SLOT_SCORE)).amax(-2).clamp(min=-1.0)
         x = torch.cat([node, state[..., lay.obs_dim :], mean, mx], -1)
         return self.critic_head(x).squeeze(-1) * self.config.value_scale
 

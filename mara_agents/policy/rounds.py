@@ -88,7 +88,45 @@ def decode(
     net: MaraNet, obs: Obs, greedy: bool, generator: torch.Generator | None = None
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Actions ``(B, N)``, their summed log-prob ``(B,)`` and the logits ``(B, N, K + 1)``:
-    node after node, each given the earlier nodes' actions."""
+    node after node, each given the earlier nodes' actions (greedy: by
+    :func:`greedy_fixed_point`, which gives the same actions in a few batched passes)."""
+    if greedy:
+        acts, logit_all = greedy_fixed_point(net, obs)
+        logp = torch.log_softmax(logit_all, -1).gather(-1, acts[..., None]).squeeze(-1).sum(-1)
+        return acts, logp, logit_all
+    return _decode_in_turn(net, obs, greedy, generator)
+
+
+def greedy_fixed_point(net: MaraNet, obs: Obs) -> tuple[torch.Tensor, torch.Tensor]:
+    """The greedy actions ``(B, N)`` of a round and their logits ``(B, N, K + 1)``, found as
+    the fixed point of teacher forcing on a guess (Jacobi decoding).
+
+    Start from every node staying on the slot it served (idle if none) and compute all
+    nodes' logits given that guess in one call of the head; the argmax is the next guess.
+    If the guess's first ``j`` actions are the greedy ones, the next guess's first
+    ``j + 1`` are, so at most ``N + 1`` passes reach a guess that is its own argmax: each
+    node's action is then the argmax given the earlier nodes' actions, which is what
+    decoding node after node gives.  Nodes mostly stay, so a round takes a few passes.
+    """
+    k = net.layout.num_slots
+    enc = net.encode(obs["slots"], obs["action_mask"])
+    node_terms = net.encode_nodes(obs["nodes"])
+    slot = obs["node_slot"].long()
+    guess = torch.where(slot >= 0, slot, k)
+    for _ in range(guess.shape[1] + 1):
+        feats, mask = round_features(obs, guess, k)
+        logits = net.head(enc, node_terms, feats, mask)
+        acts = logits.argmax(-1)
+        if torch.equal(acts, guess):
+            break
+        guess = acts
+    return acts, logits
+
+
+def _decode_in_turn(
+    net: MaraNet, obs: Obs, greedy: bool, generator: torch.Generator | None = None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """:func:`decode` one node at a time (sampling needs the earlier nodes' samples)."""
     k = net.layout.num_slots
     n = obs["nodes"].shape[1]
     enc = net.encode(obs["slots"], obs["action_mask"])

@@ -8,12 +8,14 @@ A policy file is ``torch.save`` of a plain dict (loaded with ``weights_only=True
      "wrapper": "none" | "flow" | "wls", "wrapper_options": {...},
      "state_dict": {...MaraNet weights...}, "source": "<where it came from>",
      "predictor_sha256": "<flow checkpoint digest>" | None,
-     "flow_share": {...FlowShareParams of the pred_nodes_needed / pred_share features...} | None}
+     "flow_share": {...FlowShareParams of the pred_nodes_needed / pred_share features...} | None,
+     "flow_samples": <flow samples per task behind the features> | None}
 
 :func:`load_policy` checks a file and rebuilds :class:`~mara_agents.policy.network.MaraNet` from
 it (every defect is a :class:`PolicyFileError` naming the file, and so is a predictor
-checkpoint or flow_share rule that differs from the recorded ones: the features would
-mean something else; a file without the record loads with a warning); :class:`MaraPolicy` acts
+checkpoint, flow_share rule or flow sample count that differs from the recorded ones: the
+features would mean something else; a file without the record loads with a warning, except
+one without ``flow_samples`` whose ``wrapper_options`` name ``n_samples``); :class:`MaraPolicy` acts
 on one observation dict; :class:`MaraAgent` drives the PettingZoo env for the evaluation
 harness (``reset(env, seed)`` / ``act(env, agent)``).  :mod:`mara_agents.training.export` writes
 policy files from training checkpoints.
@@ -21,9 +23,11 @@ policy files from training checkpoints.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import warnings
+from collections.abc import Iterator
 from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any
@@ -31,7 +35,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from flow_predictor.wrapper import PREDICTOR_FEATURES, WRAPPERS, wrap
+from flow_predictor.wrapper import PREDICTOR_FEATURES, WRAPPERS, make_predictor, wrap
 from mara_agents.policy.network import MaraNet, ModelConfig, ObsLayout
 from mara_agents.policy.rounds import decode
 from mara_env.cluster_env import NODE_FEATURES, QUEUE_FEATURES, SLOT_FEATURES
@@ -68,6 +72,7 @@ def save_policy(
         "source": source,
         "predictor_sha256": _predictor_digest(env_config),
         "flow_share": _flow_share_record(env_config),
+        "flow_samples": _flow_samples(env_config),
     }
     # Written beside and renamed: an interrupted export never leaves a half-written file.
     tmp = out.with_name(out.name + ".tmp")
@@ -100,6 +105,15 @@ def _flow_share_record(env_config: dict[str, Any]) -> dict[str, float] | None:
     return DEFAULTS.to_dict()
 
 
+def _flow_samples(env_config: dict[str, Any]) -> int | None:
+    """Flow samples per task behind the wrapper's features (None without flow features)."""
+    if env_config.get("wrapper", "none") != "flow":
+        return None
+    from flow_predictor.flow_share import FLOW_SAMPLES
+
+    return int((env_config.get("wrapper_options") or {}).get("n_samples", FLOW_SAMPLES))
+
+
 def _check_features(path: Path, data: dict[str, Any]) -> None:
     """Refuse a policy whose predictor features this install computes differently."""
     env = {"wrapper": data["wrapper"], "wrapper_options": data.get("wrapper_options")}
@@ -123,6 +137,23 @@ def _check_features(path: Path, data: dict[str, Any]) -> None:
                 f"predictor features with {current!r}; retrain the policy, or use the "
                 "predictor and flow_share rule it was trained with"
             )
+    samples, recorded = _flow_samples(env), data.get("flow_samples")
+    if samples is None or recorded == samples:
+        return
+    if recorded is not None:
+        raise PolicyFileError(
+            f"{path}: trained with flow_samples={recorded!r}, but this install computes its "
+            f"predictor features with {samples!r} (flow_share.FLOW_SAMPLES); retrain the "
+            f"policy, or use a release whose FLOW_SAMPLES is {recorded!r}"
+        )
+    if "n_samples" not in (env["wrapper_options"] or {}):
+        # Such files were written while the flow features defaulted to 64 samples.
+        warnings.warn(
+            f"{path}: the policy file records no flow sample count and its wrapper_options "
+            f"name no n_samples (written when the default was 64): its predictor features "
+            f"are now computed with {samples} samples",
+            stacklevel=3,
+        )
 
 
 class MaraPolicy:
@@ -152,7 +183,7 @@ class MaraPolicy:
                 f"wrapper={self.wrapper!r}): build the env with num_slots={lay.num_slots}"
             )
         mask = np.asarray(obs["action_mask"])
-        with torch.no_grad():
+        with torch.inference_mode():
             out = self.net.logits(torch.from_numpy(x)[None], torch.from_numpy(mask)[None])
         return out[0].numpy()
 
@@ -161,7 +192,7 @@ class MaraPolicy:
         :class:`~mara_env.round_env.RoundEnv` (decoded node after node, each given the
         earlier ones: the actions :meth:`act` would give node by node in the AEC env)."""
         batch = {k: torch.from_numpy(np.asarray(v))[None] for k, v in obs.items()}
-        with torch.no_grad():
+        with torch.inference_mode():
             actions, _, _ = decode(self.net, batch, greedy, self.generator)
         return actions[0].numpy()
 
@@ -301,49 +332,76 @@ def warm_start_weights(path: str | Path) -> dict[str, torch.Tensor]:
 
 
 class MaraAgent:
-    """Env-driven agent for the evaluation harness: ``reset(env, seed)``, ``act(env, agent)``.
+    """Env-driven agent for the evaluation harness: ``reset(env, seed)``, then
+    ``act_round(env)`` once per round (or ``act(env, agent)`` node by node).
 
     ``env`` is the AEC env the harness steps; when the policy was trained with predictor
-    features, the agent observes through its own copy of the same observation wrapper.
-    It acts round by round: at a round's first node it decodes all ``N`` nodes' actions
-    from the round's observation (:class:`~mara_env.round_env.RoundEnv`'s view of the same
-    env, one slot encoding per round) and hands them out node by node.  They are the
-    actions the policy gives each node's own observation (tested).
+    features, the agent observes through its own copy of the same observation wrapper,
+    whose predictor it builds once.  It decodes all ``N`` nodes' actions of a round from
+    the round's observation (:class:`~mara_env.round_env.RoundEnv`'s view of the same env,
+    one slot encoding per round); :meth:`act` hands them out node by node.  They are the
+    actions the policy gives each node's own observation (tested).  Build one agent and
+    reset it for every episode: the policy file and the flow checkpoint are read once.
     """
 
     def __init__(
         self, policy: MaraPolicy | str | Path = SHIPPED_POLICY, greedy: bool = True
     ) -> None:
         self.policy = policy if isinstance(policy, MaraPolicy) else load_policy(policy)
-        # One observation per call: intra-op threads only add overhead (and contention
-        # with the harness's other worker processes).
-        torch.set_num_threads(1)
         self.greedy = greedy
         self.name = "mara"
         # the harness builds this agent's env with the slot count the policy was trained on
         self.num_slots = self.policy.net.layout.num_slots
+        self._predictor = make_predictor(self.policy.wrapper, self._wrapper_options)
         self._rounds: Any = None
         self._index: dict[str, int] = {}
         self._actions: list[int] = []
+
+    @property
+    def _wrapper_options(self) -> dict[str, Any] | None:
+        return self.policy.meta.get("wrapper_options")
 
     def reset(self, env: Any, seed: int) -> None:
         """Call right after ``env.reset(seed=seed)``."""
         from mara_env.round_env import RoundEnv
 
         self.policy.seed(seed)
-        # A fresh view per episode: the wrapper caches predictions per task.
-        view = wrap(env, self.policy.wrapper, self.policy.meta.get("wrapper_options"))
+        # A fresh view per episode (the wrapper caches predictions per task), around the
+        # predictor built once.
+        view = wrap(env, self.policy.wrapper, self._wrapper_options, self._predictor)
         self._rounds = RoundEnv(view)
         self._index = {a: i for i, a in enumerate(self._rounds.engine.agents)}
         self._actions = []
+
+    def act_round(self, env: Any) -> np.ndarray:
+        """The ``N`` node actions of the round ``env`` is at the start of."""
+        with single_thread():
+            return self.policy.act_round(self._rounds.observe(), greedy=self.greedy)
 
     def act(self, env: Any, agent: str) -> int:
         """The action of ``agent`` (the env's current agent)."""
         i = self._index[agent]
         if i == 0:
-            obs = self._rounds.observe()
-            self._actions = self.policy.act_round(obs, greedy=self.greedy).tolist()
+            self._actions = self.act_round(env).tolist()
         return int(self._actions[i])
+
+
+@contextlib.contextmanager
+def single_thread() -> Iterator[None]:
+    """torch on one intra-op thread inside, the caller's thread count restored after.
+
+    One round is a batch of a few small tensors: more threads only add overhead (and
+    contention with the harness's other worker processes).
+    """
+    threads = torch.get_num_threads()
+    if threads == 1:
+        yield
+        return
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 def make_agent(arg: str = "") -> MaraAgent:

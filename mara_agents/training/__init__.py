@@ -2,5 +2,6 @@
 
 Importing this package loads nothing; ray enters with the modules that use it
 (``rllib_env``, ``rl_module``, ``ppo``, ``group``, ``train``, ``curves``, ``export``).
-``experiment`` and ``clone`` work without ray, so cloning a scheduler needs only torch.
+``experiment`` (with ``rules``, ``bases`` and ``records``) and ``clone`` work without
+ray, so cloning a scheduler needs only torch.
 """

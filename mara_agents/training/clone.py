@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,22 +22,27 @@ import torch
 
 from flow_predictor.wrapper import make_wrapped_env
 from mara_agents.policy.network import MASKED_LOGIT, MaraNet, ObsLayout, model_config_from
-from mara_agents.training.experiment import (
-    Experiment,
-    check_inputs,
-    check_out,
-    check_unchanged,
-    write_record,
-)
+from mara_agents.training.experiment import Experiment
+from mara_agents.training.records import check_inputs, check_out, check_unchanged, write_record
 
 # What the warm start depends on: a change to any of these makes its saved stages stale.
 PRETRAIN_SECTIONS = ("seed", "env", "wrapper", "wrapper_options", "model", "pretrain")
 
 
+def demonstration_seeds(root: int, stage: int, episodes: int) -> list[int]:
+    """Episode seeds of cloning stage ``stage`` (0: the teacher's episodes, ``r``: DAgger
+    round ``r``): one :class:`numpy.random.SeedSequence` stream per stage, as
+    :mod:`mara_agents.training.group` seeds its envs, so stages share no seeds however
+    many episodes each has (offsets such as ``20_000 + 1_000 * r`` overlap past 1,000)."""
+    # 64-bit words: among 100,000 seeds two equal 32-bit words are likely (birthday bound).
+    state = np.random.SeedSequence([root, stage]).generate_state(episodes, np.uint64)
+    return [int(s) for s in state]
+
+
 def collect_demonstrations(
-    exp: Experiment, episodes: int, seed: int, policy: MaraNet | None = None
+    exp: Experiment, seeds: Sequence[int], policy: MaraNet | None = None
 ) -> dict[str, np.ndarray]:
-    """Per-step obs, the teacher's actions and returns-to-go from ``episodes`` env episodes.
+    """Per-step obs, the teacher's actions and returns-to-go from an env episode per seed.
 
     Without ``policy`` the teacher (``exp.pretrain.scheduler``) acts; with one (DAgger)
     the policy acts greedily, the teacher only labels the states the policy reaches, and
@@ -49,9 +55,9 @@ def collect_demonstrations(
     # The spec was checked when the experiment was parsed.
     agent = SchedulerAgent(make_scheduler(exp.pretrain.scheduler))
     obs, masks, states, actions, taken, targets = [], [], [], [], [], []
-    for ep in range(episodes):
-        env.reset(seed=seed + ep)
-        agent.reset(env, seed + ep)
+    for seed in seeds:
+        env.reset(seed=seed)
+        agent.reset(env, seed)
         rounds: list[int] = []  # round index of each recorded step
         rewards: list[float] = []  # team reward of each round
         for name in env.agent_iter():
@@ -152,7 +158,7 @@ def pretrain(exp: Experiment, out: Path, log: Any = None, resume: bool = False) 
         check_unchanged(exp, record, free=("pretrain.dagger_rounds",))
     write_record(exp, record, sections=PRETRAIN_SECTIONS)
     t0 = time.time()
-    data = collect_demonstrations(exp, cfg.episodes, seed=10_000 + exp.seed)
+    data = collect_demonstrations(exp, demonstration_seeds(exp.seed, 0, cfg.episodes))
     log(
         f"pretrain: {len(data['action'])} steps from {cfg.episodes} episodes "
         f"of {cfg.scheduler} in {time.time() - t0:.0f}s"
@@ -177,9 +183,8 @@ def pretrain(exp: Experiment, out: Path, log: Any = None, resume: bool = False) 
     for r in range(cfg.dagger_rounds):
         t0 = time.time()
         net.eval()
-        new = collect_demonstrations(
-            exp, cfg.dagger_episodes, seed=20_000 + exp.seed + 1_000 * r, policy=net
-        )
+        seeds = demonstration_seeds(exp.seed, r + 1, cfg.dagger_episodes)
+        new = collect_demonstrations(exp, seeds, policy=net)
         net.train()
         agree = float(np.mean(new["action"] == new.pop("taken")))
         log(

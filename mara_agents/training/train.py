@@ -15,15 +15,15 @@ from ray import tune
 
 from mara_agents.training.clone import pretrain
 from mara_agents.training.curves import MaraTensorBoard
-from mara_agents.training.experiment import (
+from mara_agents.training.experiment import Experiment
+from mara_agents.training.ppo import build_config
+from mara_agents.training.records import (
     RECORD,
-    Experiment,
     check_inputs,
     check_out,
     check_unchanged,
     write_record,
 )
-from mara_agents.training.ppo import build_config
 from mara_agents.training.rllib_env import register
 from mara_env.config import ConfigError
 

@@ -1,0 +1,110 @@
+"""Before and after a run starts: the files it reads, the directory it writes, the record
+of its experiment that a resumption must match."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from mara_agents.outputs import output_dir_problem
+from mara_agents.training.experiment import AdvantageConfig, Experiment
+from mara_env.config import ConfigError
+
+# The record of the experiment a run was started with, inside its directory.
+RECORD = "experiment.yaml"
+
+
+def check_inputs(exp: Experiment) -> None:
+    """The files a run reads exist and load: ``env.traces`` (its split), ``init_weights``."""
+    from mara_env.traces import TraceError, load_traces
+
+    where = exp.path or "experiment"
+    env = exp.env
+    try:
+        load_traces(env.traces, split=env.split, families=list(env.families or []))
+    except TraceError as e:
+        raise ConfigError(f"{where}: env.traces={env.traces!r}: {e}") from None
+    init = exp.pretrain.init_weights
+    if init and not Path(init).is_file():
+        raise ConfigError(
+            f"{where}: pretrain.init_weights={init!r}: no such file (expected a MaraNet state "
+            "dict such as runs/mara_pretrain.pt from `mara train ... --pretrain-only`, or a "
+            "policy file from `mara export`)"
+        )
+
+
+def check_out(out: str | Path) -> Path:
+    """``out`` as an absolute path, once a directory can be made and written there (the
+    CLI's probe: :func:`mara_agents.outputs.output_dir_problem`)."""
+    out = Path(out).expanduser().absolute()
+    problem = output_dir_problem(out)
+    if problem is not None:
+        raise ConfigError(f"out={str(out)!r}: {problem}")
+    return out
+
+
+def experiment_record(exp: Experiment) -> dict[str, Any]:
+    """The experiment as plain YAML data (no file path): what a run records and compares."""
+    data = {k: v for k, v in dataclasses.asdict(exp).items() if k != "path"}
+    if not data["train_loads"]:  # runs recorded before the key existed compare equal
+        del data["train_loads"]
+    if data["advantage"] == dataclasses.asdict(AdvantageConfig()):  # likewise
+        del data["advantage"]
+    return yaml.safe_load(yaml.safe_dump(_plain(data)))
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def differences(old: Any, new: Any, path: str = "") -> list[str]:
+    """``key.path: old -> new`` for every value that differs between two records."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        return [
+            line
+            for k in sorted(set(old) | set(new), key=str)
+            for line in differences(old.get(k), new.get(k), f"{path}.{k}" if path else str(k))
+        ]
+    return [] if old == new else [f"{path}: {old!r} -> {new!r}"]
+
+
+def write_record(exp: Experiment, record: Path, sections: tuple[str, ...] | None = None) -> None:
+    """Write the experiment (or some of its top-level ``sections``) to ``record``."""
+    data = experiment_record(exp)
+    if sections is not None:
+        data = {k: data[k] for k in sections}
+    record.parent.mkdir(parents=True, exist_ok=True)
+    record.write_text(
+        f"# The experiment this run started with ({exp.path or 'experiment'}); "
+        "--resume refuses another.\n" + yaml.safe_dump(data, sort_keys=False)
+    )
+
+
+def check_unchanged(exp: Experiment, record: Path, free: tuple[str, ...] = ()) -> None:
+    """Refuse to resume when ``exp`` differs from the experiment recorded at ``record``.
+
+    ``free``: ``section.key`` names that may change between the run and its resumption.
+    """
+    if not record.is_file():
+        return  # a run started before runs recorded their experiment
+    old = yaml.safe_load(record.read_text())
+    new = {k: v for k, v in experiment_record(exp).items() if k in old}
+    for name in free:
+        section, key = name.split(".")
+        for data in (old, new):
+            if isinstance(data.get(section), dict):
+                data[section].pop(key, None)
+    diff = differences(old, new)
+    if diff:
+        raise ConfigError(
+            f"{exp.path or 'experiment'} differs from the run it would resume ({record}): "
+            f"{'; '.join(diff)}; expected the same experiment (a run resumes with the settings "
+            "it started with: restore them, or start a new run under another name or --out)"
+        )

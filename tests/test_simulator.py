@@ -1,0 +1,131 @@
+"""ClusterSim.tick's rules on a hand-built workload: warm-up, gain r·n^α, completion only
+by the deadline, expiry (and arrival), each tick worked out by hand."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from mara_env.cluster import ACTIVE, DONE, EXPIRED, PENDING, ClusterSim, InvalidAssignment
+from mara_env.config import ClusterConfig
+from mara_env.traces import TraceSet
+from mara_env.workload import Workload
+
+# One trace: the loss reported at work w is the loss of the last logged step <= w.
+STEPS = np.arange(1.0, 9.0)  # 1, 2, ..., 8
+LOSS = np.array([1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3])
+IDLE = -1
+
+
+def traces() -> TraceSet:
+    return TraceSet(
+        ids=np.array(["t"]),
+        families=np.array(["f"]),
+        sources=np.array(["s"]),
+        splits=np.array(["train"]),
+        offsets=np.array([0, len(STEPS)]),
+        steps=STEPS,
+        loss=LOSS,
+        smooth=LOSS.copy(),
+    )
+
+
+def workload(**columns: list) -> Workload:
+    """Tasks on the one trace, all reaching target 0.6 at work 5 unless given otherwise."""
+    n = len(columns["deadline"])
+    given = {k: np.asarray(v) for k, v in columns.items()}
+    base = {
+        "arrival": np.zeros(n, np.int64),
+        "target": np.full(n, 0.6),
+        "trace": np.zeros(n, np.int64),
+        "cap": np.full(n, 4, np.int64),
+        "alpha": np.ones(n),
+        "rate": np.ones(n),
+        "size": np.full(n, 5.0),
+        "work_sampled": np.full(n, 5.0),
+        "work_true": np.full(n, 5.0),
+    }
+    return Workload(**{**base, **given})
+
+
+def sim_of(wl: Workload, nodes: int = 4) -> ClusterSim:
+    sim = ClusterSim(ClusterConfig(num_nodes=nodes, num_slots=4, horizon=8), traces())
+    sim.reset(np.random.default_rng(0), workload=wl)
+    return sim
+
+
+def test_a_node_does_no_work_in_its_first_tick_on_a_task():
+    sim = sim_of(workload(deadline=[20]))
+    first = sim.tick(np.array([0, 0, IDLE, IDLE]))
+    assert sim.work[0] == 0.0 and len(first.reported) == 0 and sim.hist_work[0] == []
+    assert sim.stats.warmup_node_ticks == 2 and sim.nodes_now[0] == 2
+    sim.tick(np.array([0, 0, IDLE, IDLE]))  # both stay: warm, 1 * 2**1
+    assert sim.work[0] == 2.0 and sim.hist_work[0] == [2.0] and sim.reported[0] == 0.9
+    sim.tick(np.array([0, 0, 0, IDLE]))  # a third node joins: only the two warm ones work
+    assert sim.work[0] == 4.0 and sim.stats.warmup_node_ticks == 3
+    sim.tick(np.array([IDLE, 0, 0, 0]))  # node 0 leaves, node 3 joins: two warm
+    assert sim.work[0] == 6.0 and sim.stats.reassignments == 4
+
+
+def test_without_reassign_cost_every_node_works_at_once():
+    sim = ClusterSim(ClusterConfig(num_nodes=4, num_slots=4, reassign_cost=False), traces())
+    sim.reset(np.random.default_rng(0), workload=workload(deadline=[20]))
+    sim.tick(np.array([0, 0, IDLE, IDLE]))
+    assert sim.work[0] == 2.0 and sim.stats.warmup_node_ticks == 0
+
+
+@pytest.mark.parametrize(("rate", "alpha"), [(1.0, 1.0), (0.7, 0.5), (1.3, 0.8)])
+@pytest.mark.parametrize("nodes", [1, 2, 3, 4])
+def test_warm_nodes_gain_rate_times_nodes_to_the_alpha(rate, alpha, nodes):
+    sim = sim_of(workload(deadline=[20], rate=[rate], alpha=[alpha], target=[0.0]))
+    assign = np.array([0] * nodes + [IDLE] * (4 - nodes))
+    sim.tick(assign)  # warm-up
+    for tick in (1, 2):
+        sim.tick(assign)
+        assert sim.work[0] == pytest.approx(tick * rate * nodes**alpha, rel=1e-12)
+    assert sim.node_ticks_used[0] == 3 * nodes
+
+
+def test_a_task_completes_only_by_its_deadline_and_expires_at_it():
+    """Tasks 0 and 1 progress alike (2 warm nodes each: work 2, 4, 6 after ticks 2, 3, 4)
+    and reach the target (work 5) in tick 4; task 0's deadline is 4, task 1's is 3."""
+    sim = sim_of(workload(deadline=[4, 3]))
+    both = np.array([0, 0, 1, 1])
+    for t in (1, 2):
+        result = sim.tick(both)
+        assert len(result.completed) == len(result.expired) == 0, t
+    result = sim.tick(both)  # t = 3 = task 1's deadline, work 4: not reached
+    assert result.expired.tolist() == [1] and result.completed.tolist() == []
+    assert sim.status.tolist() == [ACTIVE, EXPIRED] and sim.finish_tick[1] == 3
+    assert sim.node_task.tolist() == [0, 0, IDLE, IDLE] and sim.nodes_now[1] == 0
+    with pytest.raises(InvalidAssignment, match="task 1 is not active at tick 3"):
+        sim.tick(both)
+    result = sim.tick(np.array([0, 0, IDLE, IDLE]))  # t = 4 = task 0's deadline, work 6
+    assert result.completed.tolist() == [0] and sim.reported[0] == 0.5
+    assert sim.status.tolist() == [DONE, EXPIRED] and sim.finish_tick[0] == 4
+    assert sim.done
+    metrics = sim.metrics()
+    assert (metrics["completed"], metrics["expired"], metrics["ticks"]) == (1, 1, 4)
+    assert metrics["expired_node_ticks"] == 6  # task 1's three ticks on two nodes, wasted
+
+
+def test_reaching_the_target_after_the_deadline_is_too_late():
+    """Alone and unserved until tick 2, the task would reach work 5 in tick 5; its deadline
+    is 4, so it expires at 4 with the target unreached and never completes."""
+    sim = sim_of(workload(deadline=[4]))
+    sim.tick(np.full(4, IDLE))
+    for _ in range(3):
+        result = sim.tick(np.array([0, 0, IDLE, IDLE]))
+    assert sim.t == 4 and sim.work[0] == 4.0
+    assert result.expired.tolist() == [0] and sim.status[0] == EXPIRED
+    assert sim.metrics()["completed"] == 0
+
+
+def test_tasks_arrive_at_their_tick():
+    sim = sim_of(workload(deadline=[10, 10], arrival=[0, 2]))
+    assert sim.status.tolist() == [ACTIVE, PENDING]
+    with pytest.raises(InvalidAssignment, match="task 1 is not active at tick 0"):
+        sim.tick(np.array([1, IDLE, IDLE, IDLE]))
+    assert sim.tick(np.full(4, IDLE)).arrived.tolist() == []
+    assert sim.tick(np.full(4, IDLE)).arrived.tolist() == [1]
+    assert sim.status.tolist() == [ACTIVE, ACTIVE]
