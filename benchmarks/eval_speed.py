@@ -38,8 +38,8 @@ from mara_env.traces import TraceSet, load_traces
 
 
 def random_episode(config: ClusterConfig, traces: TraceSet, seed: int) -> float:
-    """Seconds of one episode of the bare AEC env under uniformly random valid actions."""
-    start = time.perf_counter()
+    """CPU seconds of one episode of the bare AEC env under uniformly random valid actions."""
+    start = time.process_time()
     env = raw_env(config=config, trace_set=traces)
     env.reset(seed=seed)
     rng = np.random.default_rng(seed)
@@ -47,7 +47,7 @@ def random_episode(config: ClusterConfig, traces: TraceSet, seed: int) -> float:
         obs, _, term, trunc, _ = env.last()
         action = None if term or trunc else int(rng.choice(np.flatnonzero(obs["action_mask"])))
         env.step(action)
-    return time.perf_counter() - start
+    return time.process_time() - start
 
 
 def policy_vs_env(config: ClusterConfig, traces: TraceSet, episodes: int) -> float:
@@ -60,17 +60,17 @@ def policy_vs_env(config: ClusterConfig, traces: TraceSet, episodes: int) -> flo
     random_episode(config, traces, seeds[0])
     ours, bare = [], []
     for seed in seeds:
-        start = time.perf_counter()
+        start = time.process_time()
         run_agent_episode(agent, config, traces, seed)
-        ours.append(time.perf_counter() - start)
+        ours.append(time.process_time() - start)
         bare.append(random_episode(config, traces, seed))
     ratios = [a / b for a, b in zip(ours, bare)]
     print(
         f"{episodes} {config.split} episodes, load {config.load:g}, N={config.num_nodes}, "
         f"K={config.num_slots}, one process:"
     )
-    print(f"  random valid actions (bare AEC env): {statistics.median(bare):.3f} s/episode")
-    print(f"  shipped policy (as the harness runs it): {statistics.median(ours):.3f} s/episode")
+    print(f"  random valid actions (bare AEC env): {statistics.median(bare):.3f} CPU s/episode")
+    print(f"  shipped policy (as the harness runs it): {statistics.median(ours):.3f} CPU s/episode")
     print(f"  per-episode ratio range {min(ratios):.1f}-{max(ratios):.1f}")
     return statistics.median(ratios)
 

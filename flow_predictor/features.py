@@ -18,11 +18,12 @@ Everything is in log space relative to the task's current state:
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 import numpy as np
 
-from flow_predictor.remaining import LOSS_FLOOR, MIN_RATIO, pad_prefixes
+from flow_predictor.remaining import LOSS_FLOOR, MIN_RATIO
 
 COND_GRID = np.linspace(-4.0, 0.0, 24)
 FUTURE_RATIOS = np.geomspace(MIN_RATIO, 24.0, 32)
@@ -53,9 +54,14 @@ RECENT_DISCOUNT = 0.8  # per-report discount of the slope_recent feature (fixed:
 
 def nan_clip(x: np.ndarray, lo: float, hi: float, nan: float = 0.0) -> np.ndarray:
     """``x`` with NaN replaced by ``nan`` and everything (infinities too) clipped to
-    ``[lo, hi]``: ``np.clip(np.nan_to_num(x, nan=nan), lo, hi)`` in two array operations
-    instead of about ten (this runs on every scheduler tick)."""
-    return np.clip(np.where(np.isnan(x), nan, x), lo, hi)
+    ``[lo, hi]``: ``np.clip(np.nan_to_num(x, nan=nan), lo, hi)`` in two or three array
+    operations instead of about ten (this runs on every scheduler tick)."""
+    # np.fmax / np.fmin take the number over NaN; np.clip costs twice np.maximum + np.minimum.
+    if nan == lo:
+        return np.fmin(np.fmax(x, lo), hi)
+    if nan == hi:
+        return np.fmax(np.fmin(x, hi), lo)
+    return np.minimum(np.maximum(np.where(np.isnan(x), nan, x), lo), hi)
 
 
 def _weighted_slope(x: np.ndarray, y: np.ndarray, wt: np.ndarray) -> np.ndarray:
@@ -72,23 +78,32 @@ def _weighted_slope(x: np.ndarray, y: np.ndarray, wt: np.ndarray) -> np.ndarray:
         return np.where(sxx > 1e-12, -sxy / sxx, 0.0)
 
 
-def _interp_rows(grid: np.ndarray, u: np.ndarray, v: np.ndarray) -> np.ndarray:
-    """Row-wise ``np.interp(grid, u[i], v[..., i, :])`` for non-decreasing rows ``u``.
-
-    ``v`` may stack several curves sharing ``u`` along leading axes; the brackets are
-    found once for all of them.
-    """
-    w = u.shape[1]
+def _interp_rows(grid: np.ndarray, u: np.ndarray, curves: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """Row-wise ``np.interp(grid, u[i], v[i])`` of each ``v`` in ``curves`` (contiguous, shaped
+    as ``u``) for non-decreasing rows ``u``; the brackets are found once for all of them."""
+    t, w = u.shape
     if w == 1:
-        return np.repeat(v, len(grid), axis=-1)
+        return [np.repeat(v, len(grid), axis=-1) for v in curves]
     idx = (u[:, None, :] <= grid[None, :, None]).sum(axis=2) - 1
+    # Flat indices into the rows: far cheaper than take_along_axis on these tiny arrays.
     j = np.clip(idx, 0, w - 2)
-    u0, u1 = np.take_along_axis(u, j, 1), np.take_along_axis(u, j + 1, 1)
-    jj = np.broadcast_to(j, v.shape[:-1] + j.shape[-1:])
-    v0, v1 = np.take_along_axis(v, jj, -1), np.take_along_axis(v, jj + 1, -1)
+    j += np.arange(0, t * w, w)[:, None]
+    flat = u.ravel()
+    u0, u1 = flat[j], flat[j + 1]
     with np.errstate(invalid="ignore", divide="ignore"):
         f = nan_clip((grid[None, :] - u0) / (u1 - u0), 0.0, 1.0)
-    return v0 + f * (v1 - v0)
+    out = []
+    for v in curves:
+        flat = v.ravel()
+        v0 = flat[j]
+        out.append(v0 + f * (flat[j + 1] - v0))
+    return out
+
+
+@functools.lru_cache(maxsize=64)
+def _recent_weights(w: int) -> np.ndarray:
+    """``RECENT_DISCOUNT ** age`` of the ``w`` columns of a right-aligned prefix."""
+    return RECENT_DISCOUNT ** (w - 1 - np.arange(w))
 
 
 def prefix_features(
@@ -101,36 +116,47 @@ def prefix_features(
             for i in range(0, len(works), chunk)
         ]
         return np.concatenate(parts)
-    x, y, valid = pad_prefixes(works, losses)
-    t, w = x.shape
-    n = valid.sum(axis=1)
+    n = np.array([len(v) for v in works], np.int64)
+    if len(works) != len(losses) or any(len(v) != len(lo) for v, lo in zip(works, losses)):
+        raise ValueError("works and losses must be sequences of equally long arrays")
+    t = len(n)
+    if not t:
+        return np.zeros((0, COND_DIM), np.float32)
+    w = int(n.max())
     first = w - n
-    rows = np.arange(t)
-    # Edge-fill the left padding with each task's first report: the curves stay flat there.
-    fill = ~valid
-    x = np.where(fill, x[rows, first][:, None], x)
-    y = np.where(fill, y[rows, first][:, None], y)
+    # Right-aligned rows, edge-filled on the left with each task's first report (the curves
+    # stay flat there), plus two more columns of edge fill either side for the moving
+    # average: one gather from all tasks' reports, logged in one call.
+    at = np.clip(np.arange(-2, w + 2)[None, :] - first[:, None], 0, (n - 1)[:, None])
+    at += (np.cumsum(n) - n)[:, None]
+    x = np.log(np.maximum(np.concatenate(works, dtype=np.float64), 1e-12))[at[:, 2:-2]]
+    padded = np.log(np.maximum(np.concatenate(losses, dtype=np.float64), LOSS_FLOOR))[at]
+    y = padded[:, 2:-2]
     u = x - x[:, -1:]
     cm = np.minimum.accumulate(y, axis=1)
     ref = cm[:, -1]
-    padded = np.concatenate([y[:, :1], y[:, :1], y, y[:, -1:], y[:, -1:]], axis=1)
-    ma = sum(padded[:, i : i + w] for i in range(5)) / 5.0
+    ma = padded[:, :w] + padded[:, 1 : w + 1]
+    for i in range(2, 5):
+        ma += padded[:, i : i + w]
+    ma /= 5.0
+    out = np.empty((t, COND_DIM))
+    out[:, COND_MIN], out[:, COND_AVERAGE] = _interp_rows(COND_GRID, u, (cm, ma))
+    out[:, : 2 * len(COND_GRID)] -= ref[:, None]
     age = w - 1 - np.arange(w)
-    out = np.zeros((t, COND_DIM))
-    curves = _interp_rows(COND_GRID, u, np.stack([cm, ma])) - ref[:, None]
-    out[:, COND_MIN], out[:, COND_AVERAGE] = curves
-    vf = valid.astype(np.float64)
-    tail = vf * (age < 20)[None, :]
+    vf = (age[None, :] < n[:, None]).astype(np.float64)  # the valid (unpadded) columns
+    tail = vf * (age < 20)
     resid = (y - ma) * tail
     cnt = np.maximum(tail.sum(axis=1), 1.0)
     noise = np.sqrt(np.maximum((resid**2).sum(1) / cnt - (resid.sum(1) / cnt) ** 2, 0.0))
-    argmin = np.argmin(np.where(valid, y, np.inf), axis=1)
-    weights = np.stack([vf, vf * RECENT_DISCOUNT ** age[None, :], vf * (u >= -np.log(2.0))])
+    # The padding repeats the first report's work and loss: an argmin landing there reads
+    # the same age as the first report itself.
+    argmin = np.argmin(y, axis=1)
+    weights = np.stack([vf, vf * _recent_weights(w), vf * (u >= -np.log(2.0))])
     slope_all, slope_recent, slope_last_half = _weighted_slope(x, y, weights)
     stats = {
         "ref_log_loss": ref / 5.0,
         "last_minus_ref": y[:, -1] - ref,
-        "first_minus_ref": y[rows, first] - ref,
+        "first_minus_ref": y[:, 0] - ref,
         "log_reports": np.log(np.maximum(n, 1)) / 5.0,
         "coverage": -u[:, 0] / 4.0,
         "log_interval": -u[:, -2] if w > 1 else np.zeros(t),
@@ -139,7 +165,7 @@ def prefix_features(
         "slope_recent": slope_recent,
         "slope_last_half": slope_last_half,
         "noise": noise,
-        "min_age": -u[rows, argmin],
+        "min_age": -u[np.arange(t), argmin],
     }
     out[:, COND_STATS] = np.stack([stats[name] for name in STAT_NAMES], axis=1)
     return nan_clip(out, -CLIP, CLIP).astype(np.float32)
@@ -186,15 +212,16 @@ def crossing_ratio(traj: np.ndarray, delta: np.ndarray) -> np.ndarray:
     is interpolated linearly in log ratio; ``inf`` if it is not within the grid.
     """
     traj = np.minimum.accumulate(traj, axis=-1)
-    delta = np.broadcast_to(delta, traj.shape[:-1])[..., None]
-    below = traj <= delta
+    d = np.broadcast_to(delta, traj.shape[:-1])
+    below = traj <= d[..., None]
     h = np.argmax(below, axis=-1)
     hit = below[..., -1]  # the running minimum is at its lowest at the end
     lr = _LOG_RATIOS
     hp = np.maximum(h - 1, 0)
-    z0 = np.take_along_axis(traj, hp[..., None], -1)[..., 0]
-    z1 = np.take_along_axis(traj, h[..., None], -1)[..., 0]
-    d = delta[..., 0]
+    # Flat indices into the (contiguous) trajectories: cheaper than take_along_axis here.
+    row = np.arange(0, traj.size, traj.shape[-1]).reshape(h.shape)
+    flat = traj.ravel()
+    z0, z1 = flat[row + hp], flat[row + h]
     with np.errstate(invalid="ignore", divide="ignore"):
         frac = nan_clip((z0 - d) / (z0 - z1), 0.0, 1.0, nan=1.0)
     log_r = np.where(h == 0, lr[0], lr[hp] + frac * (lr[h] - lr[hp]))

@@ -145,7 +145,7 @@ class FlowPredictor(RemainingWorkPredictor):
             w = [np.asarray(works[i], np.float64) for i in idx]
             ls = [np.asarray(losses[i], np.float64) for i in idx]
             traj[idx] = self.trajectories(prefix_features(w, ls))
-            ref[idx] = [np.log(max(float(np.min(x)), LOSS_FLOOR)) for x in ls]
+            ref[idx] = np.log(np.maximum([x.min() for x in ls], LOSS_FLOOR))
         short = np.flatnonzero(fallback)
         wls = None
         if len(short):

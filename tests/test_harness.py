@@ -248,3 +248,44 @@ def test_an_agent_is_built_once_per_worker(config, monkeypatch) -> None:
     evaluate(["mara"], [1.0], 4, [0], config, workers=1, progress=False)
     # one for the up-front check, one for the worker (in this process: workers=1)
     assert len(loads) == 2
+
+
+def test_bound_is_a_reference_spec_above_every_scheduler(config, tmp_path) -> None:
+    """``bound`` runs beside schedulers on the same episodes, is never below what they
+    complete, gets a one-line error for a bad parameter, and its rows are the same for 1
+    and 2 workers (no timing in them)."""
+    specs = ["bound", "edf", "oracle", "env=lara"]
+    args = (specs, [1.0, 2.0], 3, [0], config)
+    df = evaluate(*args, workers=1, out_dir=tmp_path / "w1", progress=False)
+    evaluate(*args, workers=2, out_dir=tmp_path / "w2", progress=False)
+    assert (tmp_path / "w1/results.csv").read_bytes() == (tmp_path / "w2/results.csv").read_bytes()
+    rates = df.pivot_table(index=["load", "episode"], columns="scheduler", values="completed")
+    for spec in specs[1:]:
+        assert (rates["bound"] >= rates[spec]).all(), spec
+    summary = (tmp_path / "w1/summary.md").read_text()
+    assert "## Share of the room above uniform" not in summary  # uniform was not evaluated
+    with pytest.raises(SpecError, match="node_limit='many'; expected int"):
+        evaluate(["bound:node_limit=many"], [1.0], 1, [0], config, workers=1, progress=False)
+    with pytest.raises(SpecError, match="unknown parameter 'nodes'"):
+        evaluate(["bound:nodes=3"], [1.0], 1, [0], config, workers=1, progress=False)
+
+
+def test_gap_shares_against_the_bound_and_the_oracle() -> None:
+    """(S - uniform) / (ceiling - uniform) per load, from pooled means."""
+    from mara_agents.evaluation.stats import gap_shares
+
+    rows = [
+        {"scheduler": s, "load": 1.0, "episode": e, "completion_rate": v}
+        for s, vals in {
+            "uniform": (0.5, 0.7),
+            "bound": (0.9, 1.0),
+            "oracle": (0.7, 0.8),
+            "mara": (0.7, 0.8),
+        }.items()
+        for e, v in enumerate(vals)
+    ]
+    shares = gap_shares(pd.DataFrame(rows), "uniform", ["bound", "oracle"]).set_index("scheduler")
+    assert shares.at["mara", "bound"] == pytest.approx(0.15 / 0.35)
+    assert shares.at["mara", "oracle"] == pytest.approx(1.0)
+    assert shares.at["uniform", "bound"] == 0.0
+    assert gap_shares(pd.DataFrame(rows), "edf", ["bound"]).empty

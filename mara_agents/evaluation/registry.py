@@ -19,6 +19,7 @@ spec that cannot be built (unknown name, bad parameter, missing or broken policy
 
 from __future__ import annotations
 
+import functools
 import importlib
 import inspect
 import types
@@ -99,6 +100,7 @@ def known_specs() -> list[str]:
 
     return [
         *ALL_SCHEDULERS,
+        *REFERENCES,
         "package.module.SchedulerClass",
         *(f"{p}=..." for p in _AGENT_FACTORIES),
     ]
@@ -165,20 +167,24 @@ def _typed_value(spec: str, key: str, text: str, hint: Any) -> Any:
     raise SpecError(f"scheduler spec {spec!r}: {key}={text!r}; expected {expected}")
 
 
-def _scheduler_kwargs(spec: str, cls: type[Scheduler], params: list[str]) -> dict[str, Any]:
-    """The constructor keyword arguments of ``spec``'s ``key=value`` parameters, each a
-    parameter of ``cls``'s constructor and of the type it is annotated with."""
+def _scheduler_kwargs(
+    spec: str, cls: type[Scheduler] | Callable, params: list[str], skip: int = 0
+) -> dict[str, Any]:
+    """The keyword arguments of ``spec``'s ``key=value`` parameters, each a parameter of
+    ``cls``'s constructor (or of the function ``cls``, after its first ``skip``) and of the
+    type it is annotated with."""
     signature = inspect.signature(cls)
     named = [
         n
         for n, p in signature.parameters.items()
         if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
-    ]
+    ][skip:]
     open_ended = any(p.kind is p.VAR_KEYWORD for p in signature.parameters.values())
     try:
-        hints = typing.get_type_hints(cls.__init__)
+        hints = typing.get_type_hints(cls.__init__ if isinstance(cls, type) else cls)
     except (NameError, TypeError):  # an annotation that does not resolve here: not checked
         hints = {}
+    name = cls.__name__
     kwargs = {}
     for p in params:
         key, eq, text = p.partition("=")
@@ -187,7 +193,7 @@ def _scheduler_kwargs(spec: str, cls: type[Scheduler], params: list[str]) -> dic
         if key not in named and not open_ended:
             raise SpecError(
                 f"scheduler spec {spec!r}: unknown parameter {key!r}; "
-                f"known: {', '.join(named) or f'none ({cls.__name__} takes no parameters)'}"
+                f"known: {', '.join(named) or f'none ({name} takes no parameters)'}"
             )
         kwargs[key] = _typed_value(spec, key, text, hints.get(key))
     return kwargs
@@ -207,6 +213,26 @@ def make_scheduler(spec: str) -> Scheduler:
         raise SpecError(f"scheduler spec {spec!r}: {exc}") from None
 
 
+# Reference specs: a figure per episode that no scheduler's decisions produce (the
+# clairvoyant bound), as "package.module:function" of (config, traces, seed, **params) ->
+# metrics, imported when used.
+REFERENCES = {"bound": "mara_agents.evaluation.bound:run_bound_episode"}
+Reference = Callable[..., dict]
+
+
+def is_reference_spec(spec: str) -> bool:
+    """Whether ``spec`` names a reference (``bound[:key=value...]``), not a scheduler."""
+    return spec.split(":")[0] in REFERENCES
+
+
+def make_reference(spec: str) -> Reference:
+    """The reference named by ``NAME[:key=value...]``: ``f(config, traces, seed) -> metrics``
+    with the spec's parameters (checked as a scheduler's are) bound."""
+    name, *params = spec.split(":")
+    function = _function(REFERENCES[name])
+    return functools.partial(function, **_scheduler_kwargs(spec, function, params, skip=3))
+
+
 def _factory_of(prefix: str) -> tuple[AgentFactory | str, ArgCheck | str | None]:
     if prefix not in _AGENT_FACTORIES:
         raise SpecError(f"unknown agent prefix {prefix!r}; known: {', '.join(known_specs())}")
@@ -222,6 +248,9 @@ def make_agent(spec: str) -> Agent:
 
 def check_spec(spec: str) -> None:
     """Raise :class:`SpecError` now (in the parent) for a spec that cannot be built."""
+    if is_reference_spec(spec):
+        make_reference(spec)
+        return
     if not is_agent_spec(spec):
         make_scheduler(spec)
         return

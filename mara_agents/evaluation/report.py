@@ -16,12 +16,17 @@ from mara_agents.evaluation.stats import (
     METRICS,
     family_paired_differences,
     family_rates,
+    gap_shares,
     paired_differences,
     summarise,
 )
 from mara_agents.scalars import ScalarWriter
 
 REFERENCE = "lara"
+# The gap table: how much of the room between uniform share (no knowledge of the work) and
+# each ceiling a scheduler closes: the clairvoyant bound and LARA's planner on exact work.
+GAP_FLOOR = "uniform"
+GAP_CEILINGS = ("bound", "oracle")
 
 
 def family_markdown(df: pd.DataFrame, reference: str = REFERENCE) -> list[str]:
@@ -55,6 +60,35 @@ def family_markdown(df: pd.DataFrame, reference: str = REFERENCE) -> list[str]:
     for (spec, load), g in diffs.groupby(["scheduler", "load"], sort=False):
         cells = [_fmt(m, h) for m, h in zip(g["diff"], g["ci95"])]
         lines.append(f"| {spec} | {load:g} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def gap_markdown(df: pd.DataFrame) -> list[str]:
+    """Lines of the table of how much of the room above uniform share each scheduler
+    closes, towards the clairvoyant bound and towards the oracle (none unless uniform and
+    one of them were evaluated)."""
+    shares = gap_shares(df, GAP_FLOOR, GAP_CEILINGS)
+    if shares.empty:
+        return []
+    ceilings = [c for c in GAP_CEILINGS if c in shares.columns]
+    loads = sorted(shares["load"].unique())
+    head = [f"{c} @ {x:g}" for x in loads for c in ceilings]
+    lines = [
+        "",
+        f"## Share of the room above {GAP_FLOOR} closed, towards {' and '.join(ceilings)}",
+        "",
+        f"(S − {GAP_FLOOR}) / (ceiling − {GAP_FLOOR}) on mean completion rates: 1 is level "
+        "with the ceiling, 0 no better than uniform share, below 0 worse.",
+        "",
+        "| scheduler | " + " | ".join(head) + " |",
+        "|---|" + "---|" * len(head),
+    ]
+    table = shares.set_index(["scheduler", "load"])
+    for spec in dict.fromkeys(shares["scheduler"]):
+        if spec in (GAP_FLOOR, *ceilings):
+            continue
+        cells = [f"{table.at[(spec, x), c]:.2f}" for x in loads for c in ceilings]
+        lines.append(f"| {spec} | " + " | ".join(cells) + " |")
     return lines
 
 
@@ -97,6 +131,7 @@ def summary_markdown(df: pd.DataFrame, reference: str = REFERENCE) -> str:
                 continue
             cells = [_fmt(d.at[(spec, x), "diff"], d.at[(spec, x), "ci95"]) for x in loads]
             lines.append(f"| {spec} | " + " | ".join(cells) + " |")
+    lines += gap_markdown(df)
     lines += family_markdown(df, reference)
     lines += ["", "## Other metrics (mean per episode)", ""]
     cols = ("utilisation", "wasted_node_ticks", "reassignments", "expired", "tasks")

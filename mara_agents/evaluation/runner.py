@@ -24,10 +24,13 @@ import pandas as pd
 
 from mara_agents.evaluation.registry import (
     Agent,
+    Reference,
     check_spec,
     expand_alias,
     is_agent_spec,
+    is_reference_spec,
     make_agent,
+    make_reference,
     make_scheduler,
 )
 from mara_agents.evaluation.report import REFERENCE, write_outputs
@@ -79,19 +82,23 @@ def run_spec(
     traces: TraceSet,
     seed: int,
     record: bool = False,
-    built: Agent | Scheduler | None = None,
+    built: Agent | Scheduler | Reference | None = None,
 ) -> dict:
     """Metrics of one episode of ``spec`` (scheduler fast path or env-driven agent);
     ``built``: the agent or scheduler :func:`build` made of ``spec`` (reset here), else
     built now."""
     made = build(spec) if built is None else built
+    if is_reference_spec(spec):  # a figure, not a schedule: nothing to record
+        return made(config, traces, seed)
     if is_agent_spec(spec):
         return run_agent_episode(made, config, traces, seed, record)
     return run_episode(made, config, traces, seed, record)
 
 
-def build(spec: str) -> Agent | Scheduler:
-    """The agent or scheduler of ``spec``, to be reset for each of its episodes."""
+def build(spec: str) -> Agent | Scheduler | Reference:
+    """The agent, scheduler or reference of ``spec``, to be reset for each of its episodes."""
+    if is_reference_spec(spec):
+        return make_reference(spec)
     return make_agent(spec) if is_agent_spec(spec) else make_scheduler(spec)
 
 
@@ -134,7 +141,10 @@ def _run_job(job: Job) -> list[dict]:
 
 
 def _job_rows(
-    job: Job, config: ClusterConfig, traces: TraceSet, built: Agent | Scheduler | None = None
+    job: Job,
+    config: ClusterConfig,
+    traces: TraceSet,
+    built: Agent | Scheduler | Reference | None = None,
 ) -> list[dict]:
     config = config.replace(load=job.load)
     built = build(job.spec) if built is None else built

@@ -8,6 +8,8 @@ paired on the episodes every scheduler shares (same seeds, same tasks).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 import pandas as pd
 
@@ -66,6 +68,27 @@ def paired_differences(
         m, h = mean_ci(d.dropna().to_numpy())
         n = int(d.notna().sum())
         rows.append({"scheduler": spec, "load": load, "diff": m, "ci95": h, "n": n})
+    return pd.DataFrame(rows)
+
+
+def gap_shares(df: pd.DataFrame, floor: str, ceilings: Sequence[str]) -> pd.DataFrame:
+    """Per scheduler x load: the share of the room between ``floor`` and each of
+    ``ceilings`` that the scheduler closes, ``(S - floor) / (ceiling - floor)`` on pooled
+    means (1: level with the ceiling, 0: no better than the floor); a column per ceiling
+    evaluated, none when ``floor`` was not."""
+    means = df.groupby(["scheduler", "load"], sort=False)["completion_rate"].mean()
+    specs = list(dict.fromkeys(df["scheduler"]))
+    ceilings = [c for c in ceilings if c in specs]
+    if floor not in specs or not ceilings:
+        return pd.DataFrame()
+    rows = []
+    for (spec, load), mean in means.items():
+        low = means[(floor, load)]
+        row = {"scheduler": spec, "load": load}
+        for c in ceilings:
+            room = means[(c, load)] - low
+            row[c] = (mean - low) / room if room > 0 else float("nan")
+        rows.append(row)
     return pd.DataFrame(rows)
 
 

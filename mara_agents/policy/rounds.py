@@ -19,6 +19,8 @@ harness's :class:`mara_agents.policy.runtime.MaraAgent` acts through :func:`deco
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 
 from mara_agents.policy.network import MINE_INDEX, MaraNet, ObsLayout
@@ -64,14 +66,33 @@ def per_node_features(
     return feats, mask
 
 
-def round_features(obs: Obs, actions: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """:func:`per_node_features` of every node given the round's (valid) ``actions``
-    ``(B, N)``: node ``i`` sees the actions of nodes ``< i``."""
-    taken = _slot_onehot(torch.where(actions == k, -1, actions.long()), k)
+class RoundContext(NamedTuple):
+    """What every node's view of a round shares, whatever the actions: the slot each node
+    served (one-hot), the counts of nodes still to choose that served each slot, and the
+    engine's count scale (:func:`inverse_caps`)."""
+
+    one_hot: torch.Tensor  # (B, N, K)
+    pending: torch.Tensor  # (B, N, K)
+    inv: torch.Tensor  # (B, 1, K)
+
+
+def round_context(obs: Obs, k: int) -> RoundContext:
+    """The :class:`RoundContext` of a round observation."""
     one_hot, start = served(obs, k)
-    chosen = taken.cumsum(1) - taken  # choices of earlier nodes
     pending = start[:, None] - (one_hot.cumsum(1) - one_hot)
-    return per_node_features(obs, one_hot, chosen, pending)
+    return RoundContext(one_hot, pending, inverse_caps(obs))
+
+
+def round_features(
+    obs: Obs, actions: torch.Tensor, k: int, context: RoundContext | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`per_node_features` of every node given the round's (valid) ``actions``
+    ``(B, N)``: node ``i`` sees the actions of nodes ``< i`` (``context``: the round's
+    :func:`round_context`, computed here if not given)."""
+    ctx = round_context(obs, k) if context is None else context
+    taken = _slot_onehot(torch.where(actions == k, -1, actions.long()), k)
+    chosen = taken.cumsum(1) - taken  # choices of earlier nodes
+    return per_node_features(obs, ctx.one_hot, chosen, ctx.pending, ctx.inv)
 
 
 def flat_views(obs: Obs, per_node: torch.Tensor, layout: ObsLayout) -> torch.Tensor:
@@ -113,8 +134,9 @@ def greedy_fixed_point(net: MaraNet, obs: Obs) -> tuple[torch.Tensor, torch.Tens
     node_terms = net.encode_nodes(obs["nodes"])
     slot = obs["node_slot"].long()
     guess = torch.where(slot >= 0, slot, k)
+    context = round_context(obs, k)
     for _ in range(guess.shape[1] + 1):
-        feats, mask = round_features(obs, guess, k)
+        feats, mask = round_features(obs, guess, k, context)
         logits = net.head(enc, node_terms, feats, mask)
         acts = logits.argmax(-1)
         if torch.equal(acts, guess):

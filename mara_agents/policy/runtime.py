@@ -37,7 +37,7 @@ import torch
 
 from flow_predictor.wrapper import PREDICTOR_FEATURES, WRAPPERS, make_predictor, wrap
 from mara_agents.policy.network import MaraNet, ModelConfig, ObsLayout
-from mara_agents.policy.rounds import decode
+from mara_agents.policy.rounds import decode, greedy_fixed_point
 from mara_env.cluster_env import NODE_FEATURES, QUEUE_FEATURES, SLOT_FEATURES
 
 FORMAT = "mara-policy"
@@ -193,7 +193,10 @@ class MaraPolicy:
         earlier ones: the actions :meth:`act` would give node by node in the AEC env)."""
         batch = {k: torch.from_numpy(np.asarray(v))[None] for k, v in obs.items()}
         with torch.inference_mode():
-            actions, _, _ = decode(self.net, batch, greedy, self.generator)
+            if greedy:  # no log-probs needed
+                actions = greedy_fixed_point(self.net, batch)[0]
+            else:
+                actions = decode(self.net, batch, greedy, self.generator)[0]
         return actions[0].numpy()
 
     def act(self, obs: dict[str, np.ndarray], greedy: bool = True) -> int:
