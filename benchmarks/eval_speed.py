@@ -13,8 +13,9 @@ How to run:   python benchmarks/eval_speed.py [--episodes 20] [--split val] [--l
    the median of the per-episode ratios.
 2. **The harness**: episodes/s of each spec through ``evaluate`` (worker start-up
    included).
-3. **One round of the policy**: decoded by the greedy fixed point (as the harness acts)
-   against node after node, on the rounds of one episode; the actions must agree.
+3. **One round of the policy**: decoded by the numpy actor (as the harness acts), by the
+   torch network's greedy fixed point and by torch node after node, on the rounds of one
+   episode; the actions must agree.
 
 Results to expect (2 cores, no GPU): about 0.03 s per episode for the random driver and
 five times that for the policy at N = 16.  Wall-clock figures depend on the machine and
@@ -92,7 +93,9 @@ def harness(
 
 
 def policy_round(config: ClusterConfig, traces: TraceSet, seed: int = 0) -> None:
-    """Part 3: one round of the shipped policy, fixed point vs node after node."""
+    """Part 3: one round of the shipped policy: the numpy actor (as the harness acts), the
+    torch network's fixed point, and torch node after node."""
+    from mara_agents.policy.actor import RoundActor
     from mara_agents.policy.rounds import _decode_in_turn, greedy_fixed_point
     from mara_agents.policy.runtime import single_thread
     from mara_env.round_env import RoundEnv
@@ -105,23 +108,30 @@ def policy_round(config: ClusterConfig, traces: TraceSet, seed: int = 0) -> None
     driver = RoundEnv(env)
     rounds = []
     while not env.engine.finished:
-        obs = agent._rounds.observe()
-        rounds.append({k: torch.from_numpy(np.asarray(v))[None] for k, v in obs.items()})
+        rounds.append(agent._rounds.observe())
         driver.play(agent.act_round(env))
     net = agent.policy.net
+    actor = RoundActor(net)
+    batches = [{k: torch.from_numpy(np.asarray(v))[None] for k, v in r.items()} for r in rounds]
+    timed = {}
     with torch.inference_mode(), single_thread():
-        start = time.perf_counter()
-        fixed = [greedy_fixed_point(net, r)[0] for r in rounds]
-        fixed_us = (time.perf_counter() - start) / len(rounds) * 1e6
-        start = time.perf_counter()
-        in_turn = [_decode_in_turn(net, r, greedy=True)[0] for r in rounds]
-        turn_us = (time.perf_counter() - start) / len(rounds) * 1e6
-    same = np.mean([torch.equal(a, b) for a, b in zip(fixed, in_turn)])
-    print(
-        f"  {len(rounds)} rounds of {config.num_nodes} nodes: fixed point {fixed_us:.0f} us, "
-        f"node after node {turn_us:.0f} us ({turn_us / fixed_us:.1f}x); same actions in "
-        f"{same:.1%} of the rounds"
+        for name, act in (
+            ("numpy actor", lambda i: actor.greedy(rounds[i])),
+            ("torch fixed point", lambda i: greedy_fixed_point(net, batches[i])[0][0].numpy()),
+            (
+                "torch node after node",
+                lambda i: _decode_in_turn(net, batches[i], True)[0][0].numpy(),
+            ),
+        ):
+            start = time.perf_counter()
+            timed[name] = [act(i) for i in range(len(rounds))]
+            us = (time.perf_counter() - start) / len(rounds) * 1e6
+            print(f"  {name}: {us:.0f} us per round of {config.num_nodes} nodes")
+    first = timed["numpy actor"]
+    same = np.mean(
+        [all(np.array_equal(a[i], first[i]) for a in timed.values()) for i in range(len(first))]
     )
+    print(f"  {len(rounds)} rounds; the three give the same actions in {same:.1%} of them")
 
 
 def main() -> None:

@@ -9,8 +9,10 @@ numpy, for inference; training uses torch).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -101,6 +103,21 @@ def _blas_libraries() -> tuple[Any, ...]:
     return tuple(c for c in ThreadpoolController().lib_controllers if c.user_api == "blas")
 
 
+@contextlib.contextmanager
+def single_threaded_blas() -> Iterator[None]:
+    """numpy's BLAS on one thread inside, the caller's thread counts restored after:
+    multi-threaded BLAS on small matrices is up to 100x slower on a busy host."""
+    libs = _blas_libraries()
+    threads = [lib.get_num_threads() for lib in libs]
+    for lib in libs:
+        lib.set_num_threads(1)
+    try:
+        yield
+    finally:
+        for lib, n in zip(libs, threads):
+            lib.set_num_threads(n)
+
+
 def _silu_(x: np.ndarray, scratch: np.ndarray) -> np.ndarray:
     """``x / (1 + exp(-x))`` written into ``x`` (``scratch``: same shape, overwritten).
 
@@ -172,17 +189,8 @@ class Sampler:
         The same noise serves every condition, so a task's samples depend only on its
         own condition (not on which other tasks share the batch).
         """
-        # Multi-threaded BLAS on these small matrices is up to 100x slower on a busy host.
-        libs = _blas_libraries()
-        threads = [lib.get_num_threads() for lib in libs]
-        for lib in libs:
-            lib.set_num_threads(1)
-        try:
-            with np.errstate(over="ignore"):
-                return self._integrate(cond, noise)
-        finally:
-            for lib, n in zip(libs, threads):
-                lib.set_num_threads(n)
+        with single_threaded_blas(), np.errstate(over="ignore"):
+            return self._integrate(cond, noise)
 
     def _integrate(self, cond: np.ndarray, noise: np.ndarray) -> np.ndarray:
         h = np.asarray(cond, np.float32)

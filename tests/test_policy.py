@@ -237,3 +237,51 @@ def test_greedy_fixed_point_decodes_as_node_after_node() -> None:
         checked += 1
         view.play(rng.integers(0, view.action_space.nvec[0], size=12))
     assert checked >= 20
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        ModelConfig(stay_bias=0.0),
+        ModelConfig(stay_bias=2.0, attention_layers=2, heads=2),
+        ModelConfig(independent=True, work_conserving=True),
+    ],
+    ids=["plain", "stay-bias-two-blocks", "independent-work-conserving"],
+)
+def test_the_numpy_actor_acts_as_the_torch_network(config: ModelConfig) -> None:
+    """RoundActor (what the harness acts with) gives the torch network's greedy actions
+    and, to float32 rounding, its logits, on random networks and random rounds."""
+    from flow_predictor.wrapper import wrap
+    from mara_agents.policy.actor import RoundActor
+    from mara_agents.policy.rounds import greedy_fixed_point, round_features
+    from mara_env.cluster_env import env
+    from mara_env.round_env import RoundEnv
+
+    torch.manual_seed(1)
+    policy = load_policy(SHIPPED_POLICY)
+    net = MaraNet(policy.net.layout, config).eval()
+    actor = RoundActor(net)
+    slots = policy.net.layout.num_slots
+    aec = env(num_nodes=10, num_slots=slots, horizon=20, split="val", load=2.0)
+    view = RoundEnv(wrap(aec, policy.wrapper, policy.meta.get("wrapper_options")))
+    view.reset(seed=5)
+    rng = np.random.default_rng(1)
+    checked = 0
+    while not view.engine.finished:
+        obs = view.observe()
+        batch = {k: torch.from_numpy(np.asarray(v))[None] for k, v in obs.items()}
+        with torch.inference_mode():
+            want, _ = greedy_fixed_point(net, batch)
+            guess = torch.from_numpy(rng.integers(0, slots + 1, size=(1, 10)))
+            feats, mask = round_features(batch, guess, slots)
+            enc = net.encode(batch["slots"], batch["action_mask"])
+            logits = net.head(enc, net.encode_nodes(batch["nodes"]), feats, mask)[0].numpy()
+        assert np.array_equal(actor.greedy(obs), want[0].numpy())
+        n = actor._mlp(actor.node_enc, np.asarray(obs["nodes"], np.float32))
+        terms = (n @ actor.score_node, n @ actor.idle_node)
+        enc_np = actor.encode(np.asarray(obs["slots"], np.float32), obs["action_mask"])
+        got = actor.head(enc_np, terms, feats[0].numpy(), mask[0].numpy())
+        np.testing.assert_allclose(got, logits, rtol=1e-5, atol=1e-4)
+        checked += 1
+        view.play(rng.integers(0, slots + 1, size=10))
+    assert checked >= 20

@@ -17,10 +17,15 @@ import sys
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from mara_agents.reproduce import DEFAULT_LOADS, DEFAULT_SPECS
+    from mara_agents.reproduce import DEFAULT_EPISODES, DEFAULT_LOADS, DEFAULT_SPECS
 
     parser.add_argument("--out", default="results", help="output directory")
-    parser.add_argument("--episodes", type=int, default=30, help="episodes per load")
+    parser.add_argument(
+        "--episodes",
+        type=int,
+        default=DEFAULT_EPISODES,
+        help=f"test episodes per load and seed (default {DEFAULT_EPISODES})",
+    )
     parser.add_argument(
         "--loads", default=",".join(map(str, DEFAULT_LOADS)), help="comma-separated load factors"
     )
@@ -28,7 +33,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--schedulers",
         default=",".join(DEFAULT_SPECS),
-        help="comma-separated schedulers ('mara' = the shipped policy)",
+        help="comma-separated specs ('mara' = the shipped policy, paired against by "
+        "summary.md; 'bound' = the clairvoyant upper bound)",
     )
     parser.add_argument(
         "--workers", type=int, default=None, help="worker processes (default: all cores)"

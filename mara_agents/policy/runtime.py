@@ -36,8 +36,9 @@ import numpy as np
 import torch
 
 from flow_predictor.wrapper import PREDICTOR_FEATURES, WRAPPERS, make_predictor, wrap
+from mara_agents.policy.actor import RoundActor
 from mara_agents.policy.network import MaraNet, ModelConfig, ObsLayout
-from mara_agents.policy.rounds import decode, greedy_fixed_point
+from mara_agents.policy.rounds import decode
 from mara_env.cluster_env import NODE_FEATURES, QUEUE_FEATURES, SLOT_FEATURES
 
 FORMAT = "mara-policy"
@@ -163,6 +164,7 @@ class MaraPolicy:
         self.net = net.eval()
         self.meta = meta
         self.generator = torch.Generator().manual_seed(0 if seed is None else seed)
+        self._actor: RoundActor | None = None  # numpy copy of the actor, made when first used
 
     @property
     def wrapper(self) -> str:
@@ -191,12 +193,13 @@ class MaraPolicy:
         """The ``N`` node actions of one round observation of
         :class:`~mara_env.round_env.RoundEnv` (decoded node after node, each given the
         earlier ones: the actions :meth:`act` would give node by node in the AEC env)."""
+        if greedy:
+            if self._actor is None:
+                self._actor = RoundActor(self.net)
+            return self._actor.greedy(obs)
         batch = {k: torch.from_numpy(np.asarray(v))[None] for k, v in obs.items()}
         with torch.inference_mode():
-            if greedy:  # no log-probs needed
-                actions = greedy_fixed_point(self.net, batch)[0]
-            else:
-                actions = decode(self.net, batch, greedy, self.generator)[0]
+            actions = decode(self.net, batch, greedy, self.generator)[0]
         return actions[0].numpy()
 
     def act(self, obs: dict[str, np.ndarray], greedy: bool = True) -> int:
@@ -391,20 +394,21 @@ class MaraAgent:
 
 @contextlib.contextmanager
 def single_thread() -> Iterator[None]:
-    """torch on one intra-op thread inside, the caller's thread count restored after.
+    """torch and numpy's BLAS on one thread inside, the caller's thread counts restored
+    after: one round is a few small arrays, where more threads only add overhead (and
+    contention with the harness's other worker processes)."""
+    from flow_predictor.model import single_threaded_blas
 
-    One round is a batch of a few small tensors: more threads only add overhead (and
-    contention with the harness's other worker processes).
-    """
     threads = torch.get_num_threads()
-    if threads == 1:
-        yield
-        return
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
+    with single_threaded_blas():
+        if threads == 1:
+            yield
+            return
+        torch.set_num_threads(1)
+        try:
+            yield
+        finally:
+            torch.set_num_threads(threads)
 
 
 def make_agent(arg: str = "") -> MaraAgent:
