@@ -165,9 +165,14 @@ def plot_completion(df: pd.DataFrame, path: str | os.PathLike) -> None:
 
     s = summarise(df)
     fig, ax = plt.subplots(figsize=(7.5, 4))
-    for spec, g in s.groupby("scheduler", sort=False):
+    # tab10's colours repeat after ten lines: past ten, the marker and dash tell them apart
+    styles = [("o", "-"), ("s", "--"), ("^", ":")]
+    for i, (spec, g) in enumerate(s.groupby("scheduler", sort=False)):
         yerr = g["ci95"].fillna(0)
-        ax.errorbar(g["load"], g["mean"], yerr=yerr, marker="o", capsize=3, label=spec)
+        marker, dash = styles[(i // 10) % len(styles)]
+        ax.errorbar(
+            g["load"], g["mean"], yerr=yerr, marker=marker, linestyle=dash, capsize=3, label=spec
+        )
     ax.set_xlabel("load factor ρ")
     ax.set_ylabel("completion rate")
     ax.set_ylim(0, 1)
