@@ -34,6 +34,8 @@ GRIDS: dict[str, dict[str, list]] = {
     "elasticflow": {"predictor": ["wls", "flow"], "margin": [-0.6, -0.3, 0.0, 0.3]},
     # ucb: forecast sds of optimism; process_noise: slope drift per unit of log-work
     "laira": {"ucb": [2, 4, 8], "process_noise": [0.03, 0.1, 0.3]},
+    # LARA's planner fed the flow model's median (LARA's own WLS grid: tune_lara.py)
+    "lara": {"predictor": ["flow"], "margin": [-0.6, -0.3, 0.0, 0.3, 0.6]},
 }
 
 

@@ -33,6 +33,7 @@ DEFAULT_SPECS = (
     # the schedulers people would pick instead, and the literature's
     "laira",
     "lara",
+    "lara:predictor=flow",  # MARA's flow predictor inside LARA's planner
     "elasticflow",  # fed the flow predictor (its val-tuned default)
     "elasticflow:predictor=wls",
     "tiresias",

@@ -172,3 +172,50 @@ def test_prediction_cache_every_fallbacks_and_totals():
         sim.hist_work = [[1.0], [1.0, 2.0, 3.0]]
     with pytest.raises(ValueError, match="every must be >= 1"):
         PredictionCache(predict, every=0)
+
+
+def test_planned_work_by_predictor(episode_setup) -> None:
+    """What LARA's and ElasticFlow's planners believe: exact work for the oracle, the
+    flow model's median for flow, LARA's fit for wls, each scaled by 1 + margin."""
+    from mara_agents.baselines.lara import PlannedWork
+    from mara_env.cluster import ClusterSim
+
+    cfg, traces = episode_setup
+    sim = ClusterSim(cfg, traces)
+    sim.reset(np.random.default_rng(2))
+    uniform = ALL_SCHEDULERS["uniform"]()
+    uniform.reset(sim, np.random.default_rng(0))
+    while len(sim.active()) < 2 or min(len(sim.hist_work[k]) for k in sim.active()) < 6:
+        sim.tick(uniform.assign(sim))
+    tasks = sim.active()
+    exact = PlannedWork("oracle", 0.0, 0)
+    exact.reset()
+    assert np.allclose(exact.remaining(sim, tasks), sim.remaining_true(tasks))
+    half = PlannedWork("oracle", -0.5, 0)
+    total = sim.work[tasks] + sim.remaining_true(tasks)
+    assert np.allclose(half.remaining(sim, tasks), np.maximum(0.5 * total - sim.work[tasks], 0))
+    for name in ("wls", "flow"):
+        work = PlannedWork(name, 0.0, 3)
+        work.reset()
+        got = work.remaining(sim, tasks)
+        assert got.shape == tasks.shape and (got >= 0).all() and np.isfinite(got).any()
+    with pytest.raises(ValueError, match="predictor='median'; expected one of wls, flow"):
+        PlannedWork("median", 0.0, 3)
+    with pytest.raises(ValueError, match="margin=-1.5; expected a number > -1"):
+        PlannedWork("wls", -1.5, 3)
+
+
+def test_lara_on_the_flow_predictor(episode_setup) -> None:
+    """``lara:predictor=flow`` explores until the flow model can predict (3 reports), plans
+    on its median, and refuses an exploration its predictor cannot use."""
+    from mara_agents.baselines.lara import LARA
+    from mara_agents.evaluation.registry import SpecError, make_scheduler
+
+    cfg, traces = episode_setup
+    lara = make_scheduler("lara:predictor=flow")
+    assert isinstance(lara, LARA) and lara.explore_reports == 3 and lara.work.margin == -0.6
+    m = run_episode(lara, cfg, traces, seed=3)
+    assert m == run_episode(make_scheduler("lara:predictor=flow"), cfg, traces, seed=3)
+    assert m != run_episode(make_scheduler("lara"), cfg, traces, seed=3)
+    with pytest.raises(SpecError, match="explore_reports=1; predictor 'flow' needs at least 3"):
+        make_scheduler("lara:predictor=flow:explore_reports=1")

@@ -325,7 +325,7 @@ def test_scheduler_spec_values_take_their_annotated_types():
         make_scheduler("tests.test_cli_inputs.Knobs:on=yes")
     with pytest.raises(SpecError, match=r"rate='fast'; expected float$"):
         make_scheduler("tests.test_cli_inputs.Knobs:rate=fast")
-    assert make_scheduler("lara:margin=0").predictor.margin == 0
+    assert make_scheduler("lara:margin=0").work.margin == 0
 
 
 def test_only_plain_mara_is_an_alias():

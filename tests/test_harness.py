@@ -120,7 +120,9 @@ def test_agent_gets_an_env_with_its_own_slot_count(config) -> None:
 
 def test_scheduler_parameters_in_spec() -> None:
     s = make_scheduler("lara:margin=0.3:explore_reports=4")
-    assert s.predictor.margin == 0.3 and s.explore_reports == 4
+    assert s.work.margin == 0.3 and s.explore_reports == 4
+    flow = make_scheduler("lara:predictor=flow")
+    assert flow.work.predictor == "flow" and flow.explore_reports == 3
     with pytest.raises(SpecError, match="unknown scheduler 'nope'.*lara"):
         make_scheduler("nope")
     with pytest.raises(SpecError, match="bogus"):
