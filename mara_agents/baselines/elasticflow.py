@@ -5,21 +5,17 @@ from __future__ import annotations
 
 import numpy as np
 
-from flow_predictor.flow_share import DEFAULTS as FLOW_SHARE
-from flow_predictor.flow_share import FLOW_SAMPLES, nodes_needed
-from flow_predictor.remaining import MIN_REPORTS, PredictionCache
+from flow_predictor.flow_share import nodes_needed
 from mara_agents.baselines.lara import (
-    DEFAULT_DISCOUNT,
-    DEFAULT_EXPLORE_REPORTS,
-    DEFAULT_RIDGE,
-    WorkPredictor,
+    EXPLORE_REPORTS,
+    FEWEST_REPORTS,
+    PREDICTORS,
+    PlannedWork,
     explore_counts,
 )
-from mara_agents.extras import require
 from mara_env.cluster import ClusterSim
 from mara_env.schedulers import Scheduler, edf_order, spread, warm_nodes
 
-PREDICTORS = ("wls", "flow", "oracle")
 # Chosen on the validation split (docs/baselines.md): `python benchmarks/tune_baselines.py
 # --scheduler elasticflow --episodes 50 --workers 2`, mean completion over loads 1 and 2:
 # flow with margin -0.6 0.619 ± 0.014, the best WLS point (margin -0.6) 0.595 ± 0.014.
@@ -27,10 +23,6 @@ DEFAULT_PREDICTOR = "flow"
 # Margin on the predicted total work, per predictor (the best of each in that run); the
 # oracle's work is exact.
 DEFAULT_MARGINS = {"wls": -0.6, "flow": -0.6, "oracle": 0.0}
-# Reports before a task is predicted (it explores until then): LARA's tuned count for
-# WLS, what the flow model needs, none for exact work.
-EXPLORE_REPORTS = {"wls": DEFAULT_EXPLORE_REPORTS, "flow": MIN_REPORTS, "oracle": 0}
-FEWEST_REPORTS = {"wls": 2, "flow": MIN_REPORTS, "oracle": 0}  # what each predictor needs
 
 
 def fill_plan(
@@ -196,38 +188,21 @@ class ElasticFlow(Scheduler):
                 f"elasticflow: explore_reports={reports!r}; expected a whole number >= "
                 f"{fewest} (what predictor {predictor!r} needs)"
             )
-        if predictor == "flow":
-            require("predictor")  # checked here, in the parent, not in a worker
         self.predictor = predictor
         self.margin = float(margin)
         self.explore_reports = reports
-        self._wls = WorkPredictor(DEFAULT_DISCOUNT, DEFAULT_RIDGE, 0.0, max(reports, 2))
-        self._flow: PredictionCache | None = None  # loaded on first use (torch)
+        self.work = PlannedWork(predictor, self.margin, reports)
 
     def reset(self, sim: ClusterSim, rng: np.random.Generator) -> None:
         super().reset(sim, rng)
         self.admitted = np.zeros(len(sim.status), bool)
         self.rejected = np.zeros(len(sim.status), bool)
-        self._wls.reset()
-        if self.predictor == "flow":
-            if self._flow is None:
-                from flow_predictor.checkpoint import load_predictor
-
-                # as flow_share's: the shipped checkpoint, its samples and refresh rate
-                flow = load_predictor(n_samples=FLOW_SAMPLES)
-                self._flow = PredictionCache(flow, FLOW_SHARE.refresh)
-            self._flow.clear()
+        self.work.reset()
 
     def remaining(self, sim: ClusterSim, tasks: np.ndarray) -> np.ndarray:
-        """Predicted remaining work of ``tasks``, their total work scaled by ``1 + margin``."""
-        done = sim.work[tasks]
-        if self.predictor == "oracle":
-            total = done + sim.remaining_true(tasks)
-        elif self.predictor == "wls":
-            total = self._wls.total_work(sim, tasks)
-        else:
-            total = done + self._flow.get(sim, tasks).median()
-        return np.maximum(total * (1.0 + self.margin) - done, 0.0)
+        """Predicted remaining work of ``tasks``, their total work scaled by ``1 + margin``
+        (:class:`~mara_agents.baselines.lara.PlannedWork`)."""
+        return self.work.remaining(sim, tasks)
 
     def allocate(self, sim: ClusterSim) -> np.ndarray:
         order = edf_order(sim)
