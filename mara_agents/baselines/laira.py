@@ -16,7 +16,7 @@ import math
 
 import numpy as np
 
-from mara_agents.baselines.lara import DEFAULT_DISCOUNT, explore_counts, plan_allocation
+from mara_agents.baselines.lara import DEFAULT_DISCOUNT, explore_then_plan
 from mara_env.cluster import ClusterSim
 from mara_env.schedulers import Scheduler, edf_order, spread, ticks_needed, warm_nodes
 from mara_env.traces import LOSS_FLOOR
@@ -257,22 +257,10 @@ class LaiRA(Scheduler):
 
     def plan(self, sim: ClusterSim) -> tuple[np.ndarray, np.ndarray]:
         """This tick's plan: nodes per task, and the tasks the planner keeps (steps 1-3)."""
-        order = edf_order(sim)
-        self.filter.update(sim, order)
-        counts = explore_counts(sim, order, 1)
-        planned = order[counts[order] == 0]
-        wl = sim.workload
-        plan = plan_allocation(
-            self.filter.remaining(sim, planned, self.ucb),
-            wl.deadline[planned] - sim.t,
-            wl.cap[planned],
-            wl.rate[planned],
-            wl.alpha[planned],
-            warm_nodes(sim, planned),
-            sim.config.num_nodes,
-            capacity=sim.config.num_nodes - int(counts.sum()),
+        self.filter.update(sim, edf_order(sim))
+        counts, planned, plan = explore_then_plan(
+            sim, 1, lambda s, tasks: self.filter.remaining(s, tasks, self.ucb)
         )
-        counts[planned] = plan.counts
         return counts, planned[plan.kept]
 
     def allocate(self, sim: ClusterSim) -> np.ndarray:

@@ -13,6 +13,7 @@ The oracle runs the same planner on each task's true remaining work.  See
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -224,6 +225,33 @@ def explore_counts(sim: ClusterSim, tasks: np.ndarray, reports: int) -> np.ndarr
     return fill_in_order(sim, exploring, np.full(len(exploring), share))
 
 
+def explore_then_plan(
+    sim: ClusterSim,
+    explore_reports: int,
+    remaining: Callable[[ClusterSim, np.ndarray], np.ndarray],
+) -> tuple[np.ndarray, np.ndarray, Plan]:
+    """LARA's tick: tasks with fewer than ``explore_reports`` reports explore
+    (:func:`explore_counts`), the others, in deadline order, get :func:`plan_allocation`'s
+    counts on the nodes left for the ``remaining`` work it says they need.  Returns the
+    nodes per task, the planned tasks and their :class:`Plan`."""
+    order = edf_order(sim)
+    counts = explore_counts(sim, order, explore_reports)
+    planned = order[counts[order] == 0]
+    wl = sim.workload
+    plan = plan_allocation(
+        remaining(sim, planned),
+        wl.deadline[planned] - sim.t,
+        wl.cap[planned],
+        wl.rate[planned],
+        wl.alpha[planned],
+        warm_nodes(sim, planned),
+        sim.config.num_nodes,
+        capacity=sim.config.num_nodes - int(counts.sum()),
+    )
+    counts[planned] = plan.counts
+    return counts, planned, plan
+
+
 class WLSScheduler(Scheduler):
     """A scheduler that explores new tasks, then plans with LARA's online WLS predictions."""
 
@@ -281,22 +309,7 @@ class LARA(Scheduler):
         return self.work.remaining(sim, tasks)
 
     def allocate(self, sim: ClusterSim) -> np.ndarray:
-        order = edf_order(sim)
-        counts = explore_counts(sim, order, self.explore_reports)
-        planned = order[counts[order] == 0]
-        wl = sim.workload
-        plan = plan_allocation(
-            self.remaining(sim, planned),
-            wl.deadline[planned] - sim.t,
-            wl.cap[planned],
-            wl.rate[planned],
-            wl.alpha[planned],
-            warm_nodes(sim, planned),
-            sim.config.num_nodes,
-            capacity=sim.config.num_nodes - int(counts.sum()),
-        )
-        counts[planned] = plan.counts
-        return counts
+        return explore_then_plan(sim, self.explore_reports, self.remaining)[0]
 
 
 class Oracle(LARA):
