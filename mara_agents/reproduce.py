@@ -246,7 +246,7 @@ def reproduce(
     skip_predictor: bool = False,
 ) -> str:
     """Run the whole evaluation; returns the summary markdown (also in out/summary.md)."""
-    from mara_agents.evaluation.report import REFERENCE, summary_markdown
+    from mara_agents.evaluation.report import default_reference, summary_markdown
     from mara_agents.evaluation.runner import evaluate
     from mara_agents.training.records import check_out
 
@@ -270,7 +270,7 @@ def reproduce(
     t = _step(f"schedulers: {', '.join(specs)} at loads {list(loads)}, {episodes} episodes, test")
     config = ClusterConfig(split="test")
     # every scheduler paired against the shipped policy (against LARA without it)
-    reference = "mara" if "mara" in specs else REFERENCE
+    reference = default_reference(list(specs))
     df = evaluate(
         list(specs),
         loads,
@@ -290,10 +290,10 @@ def reproduce(
     parts.append("## Task-completion rate (test split)\n\n" + sched_md)
     _done(t)
     t = _step("example episode allocation (Gantt chart)")
-    from mara_agents.evaluation.registry import is_reference_spec
+    from mara_agents.evaluation.registry import is_bound_spec
     from mara_agents.evaluation.runner import episode_seed
 
-    schedules = [s for s in specs if not is_reference_spec(s)]  # a bound has no allocation
+    schedules = [s for s in specs if not is_bound_spec(s)]  # a bound has no allocation
     shown = [s for s in ("mara", "lara") if s in schedules] or schedules[:2]
     gantt(
         config.replace(load=loads[0]),

@@ -291,3 +291,12 @@ def test_gap_shares_against_the_bound_and_the_oracle() -> None:
     assert shares.at["mara", "oracle"] == pytest.approx(1.0)
     assert shares.at["uniform", "bound"] == 0.0
     assert gap_shares(pd.DataFrame(rows), "edf", ["bound"]).empty
+
+
+def test_the_default_reference_is_the_policy_then_lara() -> None:
+    """summary.md pairs every scheduler with MARA when it is evaluated, else with LARA."""
+    from mara_agents.evaluation.report import default_reference
+
+    assert default_reference(["fifo", "lara", "mara", "laira"]) == "mara"
+    assert default_reference(["fifo", "lara", "mara=my.pt"]) == "lara"
+    assert default_reference(["fifo", "tiresias"]) == "fifo"

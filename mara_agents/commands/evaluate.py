@@ -2,13 +2,15 @@
 
 Writes OUT/results.csv (one row per scheduler x load x episode, with tasks and
 completions per trace family), OUT/summary.md (mean ± 95% CI per scheduler and load,
-paired differences vs LARA or --reference, both also per trace family), OUT/completion_vs_load.png,
+paired differences against a reference, both also per trace family; with `bound` and
+`uniform`, the share of the room above uniform share each closes), OUT/completion_vs_load.png,
 OUT/completion_by_family.png and TensorBoard scalars under OUT/tb.  --reference picks the
-scheduler the paired differences are taken against (LARA by default).
+scheduler the paired differences are taken against (by default the shipped policy `mara`
+when evaluated, else LARA when evaluated, else the first).
 
 Example:
-  mara evaluate --schedulers lara,edf,uniform,random,oracle --loads 1.0,1.5,2.0 \\
-      --episodes 30 --split test --out runs/eval
+  mara evaluate --schedulers mara,laira,lara,elasticflow,fifo,tiresias,bound,uniform \\
+      --loads 1.0,1.5,2.0 --episodes 100 --split test --out runs/eval
   PYTHONPATH=examples mara evaluate --schedulers my_scheduler.LeastAttained,lara --out runs/mine
 """
 
@@ -33,7 +35,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--reference",
         default=None,
         help="the scheduler of --schedulers (as written there) that summary.md's paired "
-        "differences are taken against (default: lara when evaluated, else the first)",
+        "differences are taken against (default: mara when evaluated, else lara when "
+        "evaluated, else the first)",
     )
     parser.add_argument("--loads", default="1.0,1.5,2.0", help="comma-separated load factors")
     parser.add_argument("--episodes", type=int, default=30, help="episodes per load and seed")
@@ -56,7 +59,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def checked_args(args: argparse.Namespace) -> dict[str, Any]:
     """The keyword arguments of :func:`~mara_agents.evaluation.runner.evaluate`, checked."""
     from mara_agents.evaluation.registry import expand_alias
-    from mara_agents.evaluation.report import REFERENCE
+    from mara_agents.evaluation.report import default_reference
 
     specs, loads, seeds = checks.run_lists(args)
     for i, spec in enumerate(specs):
@@ -87,7 +90,7 @@ def checked_args(args: argparse.Namespace) -> dict[str, Any]:
         address=args.address,
         out_dir=args.out,
         progress=not args.no_progress,
-        reference=args.reference or REFERENCE,
+        reference=args.reference or default_reference(specs),
     )
 
 

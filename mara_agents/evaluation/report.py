@@ -23,6 +23,18 @@ from mara_agents.evaluation.stats import (
 from mara_agents.scalars import ScalarWriter
 
 REFERENCE = "lara"
+POLICY = "mara"  # the shipped policy's spec: the reference whenever it is evaluated
+
+
+def default_reference(specs: list[str]) -> str:
+    """What paired differences are taken against: the shipped policy when it is among
+    ``specs``, else LARA when it is, else the first."""
+    for name in (POLICY, REFERENCE):
+        if name in specs:
+            return name
+    return specs[0]
+
+
 # The gap table: how much of the room between uniform share (no knowledge of the work) and
 # each ceiling a scheduler closes: the clairvoyant bound and LARA's planner on exact work.
 GAP_FLOOR = "uniform"
