@@ -7,13 +7,14 @@ Wrapped layout (``P = len(PREDICTOR_FEATURES)``):
 * ``state``: that observation followed by the env's 4 queue features;
 * ``action_mask``: unchanged.
 
-Remaining work is measured in the task's *reference ticks* (work per tick on
-``n_ref = min(cap, ref_nodes)`` nodes: ``rate * n_ref**alpha``).  A task's prediction is
-computed once per new loss report (one batched predictor call per tick for every
-visible task that reported since) and cached; the deadline probabilities are recomputed
-every tick from the cached samples.  Tasks with fewer than three reports get the
-predictor's documented fallback and ``pred_fallback = 1``; tasks with no usable report
-(unknown remaining work) get 0 in every predictor feature and ``pred_fallback = 1``.
+Remaining work is measured in the task's *reference ticks* (work per tick on its
+reference allocation, ``n_ref`` nodes of ``mara_env.workload.reference_nodes``:
+``rate * n_ref**alpha``).  A task's prediction is computed once per new loss report
+(one batched predictor call per tick for every visible task that reported since) and
+cached; the deadline probabilities are recomputed every tick from the cached samples.
+Tasks with fewer than three reports get the predictor's documented fallback and
+``pred_fallback = 1``; tasks with no usable report (unknown remaining work) get 0 in
+every predictor feature and ``pred_fallback = 1``.
 
 ``pred_nodes_needed`` and ``pred_share`` are :class:`~flow_predictor.flow_share.FlowShare`'s
 want and count (default parameters), computed over the visible slots: they equal that
@@ -38,6 +39,7 @@ from flow_predictor.wls import WLSPredictor
 from mara_env.cluster_env import NODE_FEATURES, OBS_LIMIT, SLOT_FEATURES
 from mara_env.cluster_env import env as make_aec_env
 from mara_env.config import ClusterConfig, ConfigError
+from mara_env.workload import reference_nodes
 
 PREDICTOR_FEATURES = (
     "pred_q10",  # log1p(10% quantile of remaining reference ticks) / LOG_TICKS_SCALE
@@ -166,7 +168,7 @@ class PredictorFeatures(BaseWrapper):
             rw = self._predictions.get(sim, tasks)
             wl, cfg = sim.workload, engine.config
             rate, alpha, caps = wl.rate[tasks], wl.alpha[tasks], wl.cap[tasks]
-            ref = rate * np.minimum(caps, cfg.ref_nodes) ** alpha
+            ref = rate * reference_nodes(wl, cfg, tasks) ** alpha
             left = wl.deadline[tasks] - sim.t
             budgets = np.empty((len(tasks), 2))
             budgets[:, 0] = rate * sim.nodes_now[tasks] ** alpha * left

@@ -22,6 +22,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "simulate": ("mara_agents.commands.simulate", "run schedulers on the simulator, print a table"),
     "evaluate": ("mara_agents.commands.evaluate", "compare schedulers on the same episodes"),
     "traces": ("mara_agents.commands.traces", "collect, import and inspect trace libraries"),
+    "jobs": ("mara_agents.commands.jobs", "import and inspect cluster job traces to replay"),
     "predictor": ("mara_agents.commands.predictor", "train and evaluate the loss predictor"),
     "train": (
         "mara_agents.commands.train",

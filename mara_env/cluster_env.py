@@ -20,6 +20,7 @@ from mara_env.cluster import ClusterSim
 from mara_env.config import ClusterConfig
 from mara_env.schedulers import edf_order
 from mara_env.traces import LOSS_FLOOR, TraceSet, load_traces
+from mara_env.workload import reference_nodes
 
 NODE_FEATURES = (
     "has_task",  # 1 if this node served a task in the last tick
@@ -185,7 +186,7 @@ class ClusterEngine:
         s = len(tasks)
         if s == 0:
             return f
-        n_ref = np.minimum(wl.cap[tasks], cfg.ref_nodes)
+        n_ref = reference_nodes(wl, cfg, tasks)
         ref_rate = wl.rate[tasks] * n_ref ** wl.alpha[tasks]
         log_loss = np.log(np.maximum(sim.reported[tasks], LOSS_FLOOR))
         log_ratio = log_loss - sim._log_target[tasks]

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass
 from typing import Any
 
+from mara_env.jobs import SHIPPED_JOBS
 from mara_env.traces import SPLITS
 
 
@@ -26,6 +28,21 @@ class ClusterConfig:
     ``a_k + ceil(slack * T_k * exp(deadline_sigma * z))`` with slack uniform in
     ``slack_range`` and ``z`` standard normal: the deadline a user sets from their own rough
     estimate of the size (off by a log-normal factor), so it does not pin the true size.
+
+    With ``jobs`` (``"philly"``, the shipped Philly trace, or a table from ``mara jobs
+    import``) an episode replays one day of a cluster's jobs instead (``docs/jobs.md``): a
+    day of the split (the trace's days are split by a hash of their date into the split
+    names of the trace library) that can carry ``load``, drawn by the seed; the hours
+    ``jobs_hours`` of that day squeezed into ``horizon`` ticks (default: 24 h in 120 ticks,
+    12 min a tick), a job arriving at the tick of its submission. A job's reference
+    allocation ``n_ref`` is its GPUs (at most ``num_nodes``), its cap
+    ``min(num_nodes, ceil(jobs_cap_multiple * n_ref))``, its size ``T_k`` its duration in
+    ticks clipped to ``jobs_size_range``; its trace, target and ``alpha`` are drawn as
+    above, and its deadline by the rule above unless the trace gives one. Load is set by
+    thinning: the day's jobs in a random order, the prefix whose implied load
+    ``sum(n_ref * T) / (num_nodes * horizon)`` is nearest ``load``; days whose own load is
+    below ``load`` are never drawn. ``cap_choices``, ``size_range`` and ``ref_nodes`` are
+    then unused.
     """
 
     num_nodes: int = 16
@@ -46,6 +63,10 @@ class ClusterConfig:
     shaping: float = 1.0
     max_cycles: int | None = None
     strict: bool = False
+    jobs: str | None = None
+    jobs_hours: tuple[float, float] = (0.0, 24.0)
+    jobs_cap_multiple: float = 2.0
+    jobs_size_range: tuple[float, float] = (1.0, 120.0)
 
     def __post_init__(self) -> None:
         def bad(name: str, expected: str) -> ConfigError:
@@ -64,6 +85,8 @@ class ClusterConfig:
             ("slack_range", 1.0, 100.0),
             ("alpha_range", 0.0, 1.0),
             ("size_range", 1.0, 10_000.0),
+            ("jobs_hours", 0.0, 24.0),
+            ("jobs_size_range", 1.0, 10_000.0),
         ):
             v = tuple(getattr(self, name))
             if len(v) != 2 or not (lo <= v[0] <= v[1] <= hi):
@@ -87,6 +110,21 @@ class ClusterConfig:
             raise bad("deadline_sigma", "a number in [0, 3] (log-normal spread of deadlines)")
         if not (isinstance(self.shaping, (int, float)) and self.shaping >= 0):
             raise bad("shaping", "a number >= 0")
+        if self.jobs_hours[0] == self.jobs_hours[1]:
+            raise bad("jobs_hours", "a pair (first hour, last hour) of a day, first < last")
+        if not (
+            isinstance(self.jobs_cap_multiple, (int, float))
+            and not isinstance(self.jobs_cap_multiple, bool)
+            and 1 <= self.jobs_cap_multiple <= 64
+        ):
+            raise bad("jobs_cap_multiple", "a number in [1, 64] (cap = multiple x the job's GPUs)")
+        if self.jobs is not None:
+            if not isinstance(self.jobs, str) or not (
+                self.jobs in SHIPPED_JOBS or self.jobs.endswith((".parquet", ".pq"))
+            ):
+                raise bad("jobs", f"None, one of {sorted(SHIPPED_JOBS)} or a .parquet jobs table")
+            if self.jobs not in SHIPPED_JOBS and not os.path.isfile(self.jobs):
+                raise bad("jobs", "an existing jobs table (make one with `mara jobs import`)")
 
     @classmethod
     def from_dict(cls, values: dict[str, Any], where: str = "env config") -> ClusterConfig:

@@ -1,4 +1,5 @@
-"""Workload generator: Poisson task arrivals with traces, targets, caps and deadlines."""
+"""Workload generator: Poisson task arrivals (or a replayed day of a cluster's jobs) with
+traces, targets, caps and deadlines."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from mara_env.config import ClusterConfig
+from mara_env.jobs import replay_day
 from mara_env.traces import TraceSet
 
 
@@ -24,9 +26,19 @@ class Workload:
     size: np.ndarray  # float, ticks to reach the sampled work on n_ref nodes (T_k)
     work_sampled: np.ndarray  # float, W_k: work at which the smoothed loss hits eps_k
     work_true: np.ndarray  # float, first work at which the reported loss is <= eps_k
+    # int, reference allocation n_ref on which ``size`` is measured; None (hand-built
+    # workloads): min(cap, config.ref_nodes), as the synthetic generator draws it
+    ref: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.arrival)
+
+
+def reference_nodes(workload: Workload, config: ClusterConfig, tasks: np.ndarray) -> np.ndarray:
+    """The reference allocation ``n_ref`` of ``tasks``: what their size is measured on."""
+    if workload.ref is not None:
+        return workload.ref[tasks]
+    return np.minimum(workload.cap[tasks], config.ref_nodes)
 
 
 def mean_demand(config: ClusterConfig) -> float:
@@ -43,17 +55,14 @@ def arrival_rate(config: ClusterConfig) -> float:
 
 
 def sample_workload(config: ClusterConfig, traces: TraceSet, rng: np.random.Generator) -> Workload:
-    """Draw one episode's tasks; all randomness comes from ``rng``."""
+    """Draw one episode's tasks (synthetic, or a replayed day when ``config.jobs`` is set);
+    all randomness comes from ``rng``."""
+    if config.jobs is not None:
+        return replayed_workload(config, traces, rng)
     counts = rng.poisson(arrival_rate(config), size=config.horizon)
     arrival = np.repeat(np.arange(config.horizon), counts)
     n = len(arrival)
-    trace = rng.integers(0, len(traces), size=n)
-    lengths = np.diff(traces.offsets)[trace]
-    lo, hi = config.target_range
-    j = np.floor(rng.uniform(lo, hi, size=n) * (lengths - 1)).astype(np.int64)
-    idx = traces.offsets[trace] + j
-    work_sampled = traces.steps[idx]
-    target = traces.smooth[idx]
+    trace, work_sampled, target = _draw_targets(config, traces, rng, n)
     cap = rng.choice(np.asarray(config.cap_choices), size=n)
     alpha = rng.uniform(*config.alpha_range, size=n)
     size = np.exp(rng.uniform(np.log(config.size_range[0]), np.log(config.size_range[1]), n))
@@ -64,9 +73,6 @@ def sample_workload(config: ClusterConfig, traces: TraceSet, rng: np.random.Gene
     # other draw is the same whatever sigma is).
     estimate = size * np.exp(config.deadline_sigma * rng.standard_normal(n))
     deadline = arrival + np.ceil(slack * estimate).astype(np.int64)
-    work_true = np.array(
-        [_first_reach(traces, t, eps) for t, eps in zip(trace, target)], dtype=np.float64
-    )
     return Workload(
         arrival=arrival,
         deadline=deadline,
@@ -77,7 +83,58 @@ def sample_workload(config: ClusterConfig, traces: TraceSet, rng: np.random.Gene
         rate=rate,
         size=size,
         work_sampled=work_sampled,
-        work_true=work_true,
+        work_true=_work_true(traces, trace, target),
+        ref=n_ref.astype(np.int64),
+    )
+
+
+def replayed_workload(
+    config: ClusterConfig, traces: TraceSet, rng: np.random.Generator
+) -> Workload:
+    """One replayed day of ``config.jobs`` as tasks (``docs/jobs.md``): arrivals, reference
+    allocations, sizes and given deadlines from the jobs; curves, targets, speed-ups and
+    the other deadlines drawn as for synthetic tasks."""
+    day = replay_day(config, rng)
+    n = len(day.arrival)
+    trace, work_sampled, target = _draw_targets(config, traces, rng, n)
+    ref = day.ref
+    cap = np.clip(np.ceil(config.jobs_cap_multiple * ref), ref, config.num_nodes)
+    alpha = rng.uniform(*config.alpha_range, size=n)
+    rate = work_sampled / (day.size * ref**alpha)
+    slack = rng.uniform(*config.slack_range, size=n)
+    estimate = day.size * np.exp(config.deadline_sigma * rng.standard_normal(n))
+    drawn = day.arrival + np.ceil(slack * estimate).astype(np.int64)
+    return Workload(
+        arrival=day.arrival,
+        deadline=np.where(day.deadline >= 0, day.deadline, drawn),
+        target=target,
+        trace=trace,
+        cap=cap.astype(np.int64),
+        alpha=alpha,
+        rate=rate,
+        size=day.size,
+        work_sampled=work_sampled,
+        work_true=_work_true(traces, trace, target),
+        ref=ref.astype(np.int64),
+    )
+
+
+def _draw_targets(
+    config: ClusterConfig, traces: TraceSet, rng: np.random.Generator, n: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each task's trace, required work ``W_k`` and target ``eps_k`` (a point drawn
+    uniformly in ``target_range`` of the trace's logged points)."""
+    trace = rng.integers(0, len(traces), size=n)
+    lengths = np.diff(traces.offsets)[trace]
+    lo, hi = config.target_range
+    j = np.floor(rng.uniform(lo, hi, size=n) * (lengths - 1)).astype(np.int64)
+    idx = traces.offsets[trace] + j
+    return trace, traces.steps[idx], traces.smooth[idx]
+
+
+def _work_true(traces: TraceSet, trace: np.ndarray, target: np.ndarray) -> np.ndarray:
+    return np.array(
+        [_first_reach(traces, t, eps) for t, eps in zip(trace, target)], dtype=np.float64
     )
 
 

@@ -6,6 +6,7 @@ import numpy as np
 
 from mara_env.cluster import ClusterSim
 from mara_env.schedulers import Scheduler
+from mara_env.workload import reference_nodes
 
 BACKFILL = ("easy", "any", "none")
 # Chosen on the validation split (docs/baselines.md): `python benchmarks/tune_baselines.py
@@ -15,14 +16,14 @@ DEFAULT_BACKFILL = "any"
 
 
 def requested_nodes(sim: ClusterSim, tasks: np.ndarray) -> np.ndarray:
-    """Nodes each of ``tasks`` asks for: its reference allocation ``min(cap, ref_nodes)``.
+    """Nodes each of ``tasks`` asks for: its reference allocation ``n_ref``.
 
-    The workload sizes tasks on ``n_ref = min(cap, ref_nodes)`` nodes (``mara_env.workload``),
-    so that is what a user would request; never more than the cluster has, so every
-    request can run.
+    The workload sizes tasks on ``n_ref`` nodes (``min(cap, ref_nodes)`` when synthetic, the
+    job's GPUs when replayed: ``mara_env.workload.reference_nodes``), so that is what a user
+    would request; never more than the cluster has, so every request can run.
     """
     wl, cfg = sim.workload, sim.config
-    return np.minimum(np.minimum(wl.cap[tasks], cfg.ref_nodes), cfg.num_nodes)
+    return np.minimum(reference_nodes(wl, cfg, tasks), cfg.num_nodes)
 
 
 def shadow(free: int, need: int, release: np.ndarray, nodes: np.ndarray) -> tuple[int, int]:

@@ -99,7 +99,7 @@ def run_lists(args: argparse.Namespace) -> tuple[list[str], list[float], list[in
 
 
 def add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
-    """Options shared with ``mara simulate``: trace library, split and cluster size."""
+    """Options shared with ``mara simulate``: trace library, split, cluster size, jobs."""
     parser.add_argument(
         "--traces", default=None, help="trace library file (default: the shipped library)"
     )
@@ -108,21 +108,44 @@ def add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--nodes", type=int, default=16, help="number of compute nodes N")
     parser.add_argument("--horizon", type=int, default=120, help="ticks during which tasks arrive")
+    parser.add_argument(
+        "--jobs",
+        default=None,
+        help="replay a cluster's job trace instead of synthetic arrivals: 'philly' (shipped) "
+        "or a table from `mara jobs import`; an episode is one day of the --split's days "
+        "(24 h in --horizon ticks), thinned to the load (docs/jobs.md)",
+    )
 
 
 def cluster_from_args(args: argparse.Namespace, loads: list[float], option: str) -> tuple:
     """The cluster of the shared options, checked at each of ``loads`` (given as
     ``option``), and its traces, loaded now so that a bad library stops the command before
-    any episode runs."""
+    any episode runs; a replayed job trace (``--jobs``) is checked to carry every load, and
+    a line on what it replays is printed."""
     from mara_env.config import ClusterConfig, ConfigError
+    from mara_env.jobs import JobsError, replay_summary
     from mara_env.traces import load_traces
 
-    config = ClusterConfig(
-        traces=args.traces, split=args.split, num_nodes=args.nodes, horizon=args.horizon
-    )
+    try:
+        config = ClusterConfig(
+            traces=args.traces,
+            split=args.split,
+            num_nodes=args.nodes,
+            horizon=args.horizon,
+            jobs=args.jobs,
+        )
+    except ConfigError as exc:
+        if args.jobs is None:
+            raise
+        raise UsageError(f"--jobs {args.jobs}: {exc}") from None
     for load in loads:
         try:
-            config.replace(load=load)
+            at_load = config.replace(load=load)
         except ConfigError as exc:
             raise UsageError(f"{option}: {exc}") from None
+        if config.jobs is not None:
+            try:
+                print(replay_summary(at_load))
+            except JobsError as exc:
+                raise UsageError(f"--jobs {args.jobs} at {option} {load:g}: {exc}") from None
     return config, load_traces(config.traces, split=config.split)

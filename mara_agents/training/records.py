@@ -18,7 +18,9 @@ RECORD = "experiment.yaml"
 
 
 def check_inputs(exp: Experiment) -> None:
-    """The files a run reads exist and load: ``env.traces`` (its split), ``init_weights``."""
+    """The files a run reads exist and load: ``env.traces`` (its split), ``env.jobs`` (days
+    of its split that carry ``env.load``), ``init_weights``."""
+    from mara_env.jobs import JobsError, replay_summary
     from mara_env.traces import TraceError, load_traces
 
     where = exp.path or "experiment"
@@ -27,6 +29,11 @@ def check_inputs(exp: Experiment) -> None:
         load_traces(env.traces, split=env.split, families=list(env.families or []))
     except TraceError as e:
         raise ConfigError(f"{where}: env.traces={env.traces!r}: {e}") from None
+    if env.jobs is not None:
+        try:
+            replay_summary(env)
+        except JobsError as e:
+            raise ConfigError(f"{where}: env.jobs={env.jobs!r}: {e}") from None
     init = exp.pretrain.init_weights
     if init and not Path(init).is_file():
         raise ConfigError(
@@ -53,6 +60,9 @@ def experiment_record(exp: Experiment) -> dict[str, Any]:
         del data["train_loads"]
     if data["advantage"] == dataclasses.asdict(AdvantageConfig()):  # likewise
         del data["advantage"]
+    if data["env"]["jobs"] is None:  # likewise: without jobs, their settings are unused
+        for key in [k for k in data["env"] if k.startswith("jobs")]:
+            del data["env"][key]
     return yaml.safe_load(yaml.safe_dump(_plain(data)))
 
 
