@@ -27,6 +27,7 @@ import typing
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from mara_env.config import ClusterConfig
 from mara_env.schedulers import Scheduler, SchedulerAgent
 
 
@@ -38,9 +39,10 @@ class Agent(Protocol):
     """An env-driven decision maker (e.g. a learned policy).
 
     An agent may also have a ``num_slots`` attribute: the number of task slots it was
-    built to observe.  The harness then runs its episodes in an env with that many slots;
-    the workload of a seed does not depend on the slot count, so every scheduler still
-    sees the same tasks.
+    built to observe, or a ``slots_for(num_nodes) -> int`` method (which takes precedence):
+    the slots to observe a cluster of that size with.  The harness then runs its episodes
+    in an env with that many slots; the workload of a seed does not depend on the slot
+    count, so every scheduler still sees the same tasks.
     """
 
     def reset(self, env: Any, seed: int) -> None:
@@ -52,24 +54,33 @@ class Agent(Protocol):
 
 AgentFactory = Callable[[str], Agent]
 ArgCheck = Callable[[str], object]  # raises for an ARG that cannot be used
-# prefix -> (factory, check), each a callable or "module:function" imported lazily (so it
-# also works in workers started with the spawn method and costs nothing until used).
-_AGENT_FACTORIES: dict[str, tuple[AgentFactory | str, ArgCheck | str | None]] = {}
+# a line to show before a run of ARG on a cluster of that config (None: nothing to say)
+ArgNote = Callable[[str, ClusterConfig], "str | None"]
+# prefix -> (factory, check, note), each a callable or "module:function" imported lazily
+# (so it also works in workers started with the spawn method and costs nothing until used).
+_AGENT_FACTORIES: dict[
+    str, tuple[AgentFactory | str, ArgCheck | str | None, ArgNote | str | None]
+] = {}
 
 
 def register_agent_factory(
-    prefix: str, factory: AgentFactory | str, check: ArgCheck | str | None = None
+    prefix: str,
+    factory: AgentFactory | str,
+    check: ArgCheck | str | None = None,
+    note: ArgNote | str | None = None,
 ) -> None:
     """Make ``PREFIX=ARG`` specs build agents with ``factory(ARG)``.
 
     ``factory`` is a callable or an import path ``"package.module:function"``; prefer
     the path form: it is resolved inside each worker process.  ``check(ARG)``, if given,
     runs in the parent before any episode and raises ``ValueError`` or ``OSError`` for an
-    ``ARG`` the factory could not use (e.g. a missing file).
+    ``ARG`` the factory could not use (e.g. a missing file).  ``note(ARG, config)``, if
+    given, returns a line the harness shows once before the episodes (such as a policy run
+    outside the cluster sizes it was trained for), or None.
     """
     if not prefix.isidentifier():
         raise ValueError(f"agent prefix {prefix!r} must be an identifier")
-    _AGENT_FACTORIES[prefix] = (factory, check)
+    _AGENT_FACTORIES[prefix] = (factory, check, note)
 
 
 def _function(ref: Callable | str) -> Callable:
@@ -100,7 +111,7 @@ def known_specs() -> list[str]:
 
     return [
         *ALL_SCHEDULERS,
-        *REFERENCES,
+        *BOUNDS,
         "package.module.SchedulerClass",
         *(f"{p}=..." for p in _AGENT_FACTORIES),
     ]
@@ -213,27 +224,29 @@ def make_scheduler(spec: str) -> Scheduler:
         raise SpecError(f"scheduler spec {spec!r}: {exc}") from None
 
 
-# Reference specs: a figure per episode that no scheduler's decisions produce (the
+# Bound specs: an upper bound per episode that no scheduler's decisions produce (the
 # clairvoyant bound), as "package.module:function" of (config, traces, seed, **params) ->
 # metrics, imported when used.
-REFERENCES = {"bound": "mara_agents.evaluation.bound:run_bound_episode"}
-Reference = Callable[..., dict]
+BOUNDS = {"bound": "mara_agents.evaluation.bound:run_bound_episode"}
+Bound = Callable[..., dict]
 
 
-def is_reference_spec(spec: str) -> bool:
-    """Whether ``spec`` names a reference (``bound[:key=value...]``), not a scheduler."""
-    return spec.split(":")[0] in REFERENCES
+def is_bound_spec(spec: str) -> bool:
+    """Whether ``spec`` names an upper bound (``bound[:key=value...]``), not a scheduler."""
+    return spec.split(":")[0] in BOUNDS
 
 
-def make_reference(spec: str) -> Reference:
-    """The reference named by ``NAME[:key=value...]``: ``f(config, traces, seed) -> metrics``
+def make_bound(spec: str) -> Bound:
+    """The bound named by ``NAME[:key=value...]``: ``f(config, traces, seed) -> metrics``
     with the spec's parameters (checked as a scheduler's are) bound."""
     name, *params = spec.split(":")
-    function = _function(REFERENCES[name])
+    function = _function(BOUNDS[name])
     return functools.partial(function, **_scheduler_kwargs(spec, function, params, skip=3))
 
 
-def _factory_of(prefix: str) -> tuple[AgentFactory | str, ArgCheck | str | None]:
+def _factory_of(
+    prefix: str,
+) -> tuple[AgentFactory | str, ArgCheck | str | None, ArgNote | str | None]:
     if prefix not in _AGENT_FACTORIES:
         raise SpecError(f"unknown agent prefix {prefix!r}; known: {', '.join(known_specs())}")
     return _AGENT_FACTORIES[prefix]
@@ -242,20 +255,30 @@ def _factory_of(prefix: str) -> tuple[AgentFactory | str, ArgCheck | str | None]
 def make_agent(spec: str) -> Agent:
     """Build the env-driven agent named by ``PREFIX=ARG``."""
     prefix, _, arg = spec.partition("=")
-    factory, _ = _factory_of(prefix)
+    factory, _, _ = _factory_of(prefix)
     return _function(factory)(arg)
+
+
+def spec_note(spec: str, config: ClusterConfig) -> str | None:
+    """The line an agent spec's registered ``note`` has for a run on ``config`` (None for
+    schedulers, references and agents without one)."""
+    if is_bound_spec(spec) or not is_agent_spec(spec):
+        return None
+    prefix, _, arg = spec.partition("=")
+    note = _factory_of(prefix)[2]
+    return None if note is None else _function(note)(arg, config)
 
 
 def check_spec(spec: str) -> None:
     """Raise :class:`SpecError` now (in the parent) for a spec that cannot be built."""
-    if is_reference_spec(spec):
-        make_reference(spec)
+    if is_bound_spec(spec):
+        make_bound(spec)
         return
     if not is_agent_spec(spec):
         make_scheduler(spec)
         return
     prefix, _, arg = spec.partition("=")
-    _, check = _factory_of(prefix)
+    _, check, _ = _factory_of(prefix)
     if check is None:
         return
     try:
@@ -273,5 +296,8 @@ def _scheduler_agent(name: str) -> Agent:
 register_agent_factory("env", _scheduler_agent, check=make_scheduler)
 # the learned policy: ``mara=POLICY.pt``, or plain ``mara`` for the shipped policy
 register_agent_factory(
-    "mara", "mara_agents.policy.runtime:make_agent", check="mara_agents.policy.runtime:check_policy"
+    "mara",
+    "mara_agents.policy.runtime:make_agent",
+    check="mara_agents.policy.runtime:check_policy",
+    note="mara_agents.policy.runtime:size_note",
 )

@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 import multiprocessing
 import os
+import sys
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
@@ -24,14 +25,15 @@ import pandas as pd
 
 from mara_agents.evaluation.registry import (
     Agent,
-    Reference,
+    Bound,
     check_spec,
     expand_alias,
     is_agent_spec,
-    is_reference_spec,
+    is_bound_spec,
     make_agent,
-    make_reference,
+    make_bound,
     make_scheduler,
+    spec_note,
 )
 from mara_agents.evaluation.report import REFERENCE, write_outputs
 from mara_agents.evaluation.stats import COLUMNS, FAMILY_PREFIXES, METRICS
@@ -53,7 +55,8 @@ def run_agent_episode(
     from mara_env.cluster_env import raw_env
     from mara_env.round_env import RoundEnv
 
-    slots = getattr(agent, "num_slots", None)
+    slots_for = getattr(agent, "slots_for", None)
+    slots = slots_for(config.num_nodes) if slots_for else getattr(agent, "num_slots", None)
     if slots is not None and slots != config.num_slots:
         config = replace(config, num_slots=int(slots))
     env = raw_env(config=config, trace_set=traces)
@@ -82,23 +85,23 @@ def run_spec(
     traces: TraceSet,
     seed: int,
     record: bool = False,
-    built: Agent | Scheduler | Reference | None = None,
+    built: Agent | Scheduler | Bound | None = None,
 ) -> dict:
     """Metrics of one episode of ``spec`` (scheduler fast path or env-driven agent);
     ``built``: the agent or scheduler :func:`build` made of ``spec`` (reset here), else
     built now."""
     made = build(spec) if built is None else built
-    if is_reference_spec(spec):  # a figure, not a schedule: nothing to record
+    if is_bound_spec(spec):  # a figure, not a schedule: nothing to record
         return made(config, traces, seed)
     if is_agent_spec(spec):
         return run_agent_episode(made, config, traces, seed, record)
     return run_episode(made, config, traces, seed, record)
 
 
-def build(spec: str) -> Agent | Scheduler | Reference:
+def build(spec: str) -> Agent | Scheduler | Bound:
     """The agent, scheduler or reference of ``spec``, to be reset for each of its episodes."""
-    if is_reference_spec(spec):
-        return make_reference(spec)
+    if is_bound_spec(spec):
+        return make_bound(spec)
     return make_agent(spec) if is_agent_spec(spec) else make_scheduler(spec)
 
 
@@ -144,7 +147,7 @@ def _job_rows(
     job: Job,
     config: ClusterConfig,
     traces: TraceSet,
-    built: Agent | Scheduler | Reference | None = None,
+    built: Agent | Scheduler | Bound | None = None,
 ) -> list[dict]:
     config = config.replace(load=job.load)
     built = build(job.spec) if built is None else built
@@ -232,6 +235,10 @@ def evaluate(
     for spec in specs:
         check_spec(spec)
     config = config or ClusterConfig()
+    for name, spec in zip(names, specs):
+        note = spec_note(spec, config)
+        if note:  # one line on stderr, in this process only: results stay as they are
+            print(f"warning: {name}: {note}", file=sys.stderr, flush=True)
     workers = max(1, int(workers or os.cpu_count() or 1))
     total = len(specs) * len(loads) * episodes * len(seeds)
     chunk = max(1, min(8, math.ceil(episodes * len(seeds) / max(1, 2 * workers))))

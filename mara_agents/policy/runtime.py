@@ -25,10 +25,11 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import math
 import os
 import warnings
 from collections.abc import Iterator
-from dataclasses import asdict, fields
+from dataclasses import asdict, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +41,7 @@ from mara_agents.policy.actor import RoundActor
 from mara_agents.policy.network import MaraNet, ModelConfig, ObsLayout
 from mara_agents.policy.rounds import decode
 from mara_env.cluster_env import NODE_FEATURES, QUEUE_FEATURES, SLOT_FEATURES
+from mara_env.config import ClusterConfig
 
 FORMAT = "mara-policy"
 # 2: the env's slot rows gained nodes_pending and the wrapper's pred_share (v1 files, whose
@@ -169,6 +171,24 @@ class MaraPolicy:
     @property
     def wrapper(self) -> str:
         return self.meta.get("wrapper", "none")
+
+    @property
+    def trained_nodes(self) -> int:
+        """The cluster size N the policy was trained on (the env default where unrecorded)."""
+        return trained_nodes(self.meta)
+
+    def slots_for(self, num_nodes: int) -> int:
+        """The slot count to observe a cluster of ``num_nodes`` with (:func:`slots_for`)."""
+        return slots_for(self.net.layout.num_slots, self.trained_nodes, num_nodes)
+
+    def with_slots(self, num_slots: int) -> MaraPolicy:
+        """The same weights observing ``num_slots`` slots (this policy if it has as many):
+        no weight of :class:`MaraNet` depends on the slot count."""
+        if num_slots == self.net.layout.num_slots:
+            return self
+        net = MaraNet(replace(self.net.layout, num_slots=num_slots), self.net.config)
+        net.load_state_dict(self.net.state_dict())
+        return MaraPolicy(net, self.meta)
 
     def seed(self, seed: int) -> None:
         """Reseed the sampling generator (only used with ``greedy=False``)."""
@@ -337,6 +357,40 @@ def warm_start_weights(path: str | Path) -> dict[str, torch.Tensor]:
     return data
 
 
+def trained_nodes(meta: dict[str, Any]) -> int:
+    """The cluster size of a policy file's training env: its recorded ``num_nodes``, else
+    the env's default, which the training env then had."""
+    return int((meta.get("env") or {}).get("num_nodes", ClusterConfig().num_nodes))
+
+
+def slots_for(trained_slots: int, trained_nodes: int, num_nodes: int) -> int:
+    """Slots for a cluster of ``num_nodes``: the trained count, or as many per node as in
+    training where that is more (``max(K, ceil(K * N / N_trained))``).
+
+    A node sees only the ``K`` earliest-deadline tasks, so at a fixed ``K`` a big cluster
+    hides most of the tasks that uniform share and flow_share serve; the trained ratio
+    keeps ``K >= N`` (so the wrapper's ``pred_share`` is flow_share's count, which needs
+    every task that gets a node visible) and keeps the features divided by ``K``
+    (``active_tasks``, ``queued_tasks``, ``queue_count``) on the scale of training."""
+    return max(trained_slots, math.ceil(trained_slots * num_nodes / trained_nodes))
+
+
+def size_note(arg: str, config: ClusterConfig) -> str | None:
+    """One line for a run of ``mara=ARG`` at a cluster size the policy was not trained and
+    validated for (None at its trained size)."""
+    path = Path(arg or SHIPPED_POLICY)
+    data = _read(path)
+    n_train, k_train = trained_nodes(data), int(data["layout"]["num_slots"])
+    n = config.num_nodes
+    if n == n_train:
+        return None
+    k = slots_for(k_train, n_train, n)
+    return (
+        f"policy {path.name} was trained and validated on N={n_train} nodes with K={k_train} "
+        f"slots; running it on N={n} nodes with K={k} slots, a size it was not trained for"
+    )
+
+
 class MaraAgent:
     """Env-driven agent for the evaluation harness: ``reset(env, seed)``, then
     ``act_round(env)`` once per round (or ``act(env, agent)`` node by node).
@@ -348,6 +402,9 @@ class MaraAgent:
     one slot encoding per round); :meth:`act` hands them out node by node.  They are the
     actions the policy gives each node's own observation (tested).  Build one agent and
     reset it for every episode: the policy file and the flow checkpoint are read once.
+
+    On a cluster of another size it observes :meth:`slots_for` ``(N)`` slots (the harness
+    builds the env so), acting with the trained weights on as many slots as the env has.
     """
 
     def __init__(
@@ -356,8 +413,10 @@ class MaraAgent:
         self.policy = policy if isinstance(policy, MaraPolicy) else load_policy(policy)
         self.greedy = greedy
         self.name = "mara"
-        # the harness builds this agent's env with the slot count the policy was trained on
+        # the slot count the policy was trained on; the harness builds this agent's env
+        # with slots_for(N) slots, and reset acts with as many
         self.num_slots = self.policy.net.layout.num_slots
+        self._trained = self.policy
         self._predictor = make_predictor(self.policy.wrapper, self._wrapper_options)
         self._rounds: Any = None
         self._index: dict[str, int] = {}
@@ -367,10 +426,18 @@ class MaraAgent:
     def _wrapper_options(self) -> dict[str, Any] | None:
         return self.policy.meta.get("wrapper_options")
 
+    def slots_for(self, num_nodes: int) -> int:
+        """The slot count the harness builds the env of a ``num_nodes`` cluster with."""
+        return self._trained.slots_for(num_nodes)
+
     def reset(self, env: Any, seed: int) -> None:
-        """Call right after ``env.reset(seed=seed)``."""
+        """Call right after ``env.reset(seed=seed)``; acts with as many slots as ``env`` has
+        (the trained weights, :meth:`MaraPolicy.with_slots`)."""
         from mara_env.round_env import RoundEnv
 
+        k = env.unwrapped.engine.config.num_slots
+        if k != self.policy.net.layout.num_slots:
+            self.policy = self._trained.with_slots(k)
         self.policy.seed(seed)
         # A fresh view per episode (the wrapper caches predictions per task), around the
         # predictor built once.
