@@ -1,9 +1,10 @@
 """The main job: evaluate the shipped predictor and policy against the baselines.
 
 Writes under ``out``: ``predictor/`` (flow vs WLS vs Optimus per family on the test
-split), ``schedulers/`` (the harness outputs at every load), ``episode_gantt.png`` (one
-episode's node allocation over time for MARA and LARA) and ``summary.md`` with the
-headline tables.  ``full=True`` first retrains the predictor and the policy.
+split), ``schedulers/`` (the harness outputs at every load), ``replayed/`` (the same on
+replayed test days of a cluster's job trace), ``episode_gantt.png`` (one episode's node
+allocation over time for MARA and LARA) and ``summary.md`` with the headline tables.
+``full=True`` first retrains the predictor and the policy.
 """
 
 from __future__ import annotations
@@ -46,6 +47,12 @@ DEFAULT_SPECS = (
     "random",
 )
 DEFAULT_LOADS = (1.0, 1.5, 2.0)
+# The replayed job-trace table (docs/jobs.md): these of the specs, on these loads.
+REPLAY_SPECS = ("mara", "bound", "oracle", "laira", "lara", "flow_share", "uniform", "edf")
+REPLAY_LOADS = (1.0, 2.0)
+DEFAULT_JOBS = "philly"
+DEFAULT_JOBS_NODES = 16
+DEFAULT_JOBS_EPISODES = 20
 # The shipped policy's recipe, found from the package (experiments/ sits beside it in a
 # source checkout), never from the working directory: the clone of RECIPE, then the PPO
 # stages of PPO_RECIPES in turn, each from the previous one's weights.
@@ -200,6 +207,15 @@ def markdown_table(table: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
+def _nested(summary: str) -> str:
+    """The harness's ``summary.md`` nested under a section of ours (headings one deeper)."""
+    return "\n".join(
+        "#" + line if line.startswith("## ") else line
+        for line in summary.splitlines()
+        if not line.startswith("# ")
+    )
+
+
 def gantt(config: ClusterConfig, seed: int, specs: Sequence[str], path: Path) -> None:
     """Node x tick allocation of one episode for each spec, tasks in colours."""
     import matplotlib
@@ -244,8 +260,15 @@ def reproduce(
     workers: int | None = None,
     full: bool = False,
     skip_predictor: bool = False,
+    jobs: str | None = DEFAULT_JOBS,
+    jobs_nodes: int = DEFAULT_JOBS_NODES,
+    jobs_episodes: int = DEFAULT_JOBS_EPISODES,
 ) -> str:
-    """Run the whole evaluation; returns the summary markdown (also in out/summary.md)."""
+    """Run the whole evaluation; returns the summary markdown (also in out/summary.md).
+
+    With ``jobs`` (a shipped job trace's name or a jobs table; None: skipped) the
+    :data:`REPLAY_SPECS` among ``specs`` also run on ``jobs_episodes`` episodes of its test
+    days per load on ``jobs_nodes`` nodes, written under ``out/replayed``."""
     from mara_agents.evaluation.report import default_reference, summary_markdown
     from mara_agents.evaluation.runner import evaluate
     from mara_agents.training.records import check_out
@@ -281,14 +304,33 @@ def reproduce(
         out_dir=out / "schedulers",
         reference=reference,
     )
-    # nest the harness's summary under our section heading
-    sched_md = "\n".join(
-        "#" + line if line.startswith("## ") else line
-        for line in summary_markdown(df, reference).splitlines()
-        if not line.startswith("# ")
+    parts.append(
+        "## Task-completion rate (test split)\n\n" + _nested(summary_markdown(df, reference))
     )
-    parts.append("## Task-completion rate (test split)\n\n" + sched_md)
     _done(t)
+    if jobs is not None:
+        replay_specs = [s for s in REPLAY_SPECS if s in specs] or list(specs)
+        t = _step(
+            f"replayed job trace {jobs!r}: {', '.join(replay_specs)}, {jobs_nodes} nodes, "
+            f"loads {list(REPLAY_LOADS)}, {jobs_episodes} test days' episodes"
+        )
+        replay = ClusterConfig(split="test", jobs=jobs, num_nodes=jobs_nodes)
+        rdf = evaluate(
+            replay_specs,
+            REPLAY_LOADS,
+            jobs_episodes,
+            seeds,
+            config=replay,
+            workers=workers,
+            out_dir=out / "replayed",
+            reference=default_reference(replay_specs),
+        )
+        parts.append(
+            f"## Task-completion rate on replayed days of the job trace {jobs!r} "
+            f"(test days, {jobs_nodes} nodes)\n\n"
+            + _nested(summary_markdown(rdf, default_reference(replay_specs)))
+        )
+        _done(t)
     t = _step("example episode allocation (Gantt chart)")
     from mara_agents.evaluation.registry import is_bound_spec
     from mara_agents.evaluation.runner import episode_seed

@@ -259,6 +259,9 @@ def test_traces_collect_refuses_bad_values(tmp_path, capsys, args, culprit):
         (["--seeds", "-1"], "--seeds"),
         (["--schedulers", "lara,lara"], "given twice"),
         (["--workers", "0"], "--workers"),
+        (["--jobs", "no_such_jobs.parquet"], "--jobs no_such_jobs.parquet"),
+        (["--jobs", "philly", "--jobs-nodes", "0"], "--jobs-nodes"),
+        (["--jobs-episodes", "0"], "--jobs-episodes"),
     ],
 )
 def test_reproduce_refuses_bad_values_before_any_work(tmp_path, capsys, args, culprit):

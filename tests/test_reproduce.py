@@ -107,3 +107,26 @@ def test_retrain_calls_the_library_from_any_directory(tmp_path, monkeypatch) -> 
         retrain(out, recipe=recipe, predictor=predictor, ppo_recipe=None)  # stale clone
     with pytest.raises(ConfigError, match="needs a source checkout"):
         retrain(out, recipe=tmp_path / "missing.yaml")
+
+
+def test_the_main_job_writes_every_table_on_a_small_run(tmp_path) -> None:
+    """`mara reproduce` end to end, small: the synthetic table paired against MARA with the
+    bound's share of the room, the replayed job-trace table, the Gantt chart."""
+    from mara_agents.reproduce import reproduce
+
+    summary = reproduce(
+        out=tmp_path / "results",
+        episodes=2,
+        loads=(1.0,),
+        specs=("mara", "uniform", "lara", "bound"),
+        workers=1,
+        skip_predictor=True,
+        jobs_episodes=1,
+    )
+    assert "### Paired difference vs mara" in summary
+    assert "### Share of the room above uniform closed, towards bound" in summary
+    assert "replayed days of the job trace 'philly' (test days, 16 nodes)" in summary
+    out = tmp_path / "results"
+    for name in ("schedulers/results.csv", "replayed/results.csv", "episode_gantt.png"):
+        assert (out / name).is_file(), name
+    assert (out / "summary.md").read_text() == summary

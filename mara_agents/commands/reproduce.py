@@ -2,9 +2,10 @@
 
 Evaluates the flow-matching predictor against WLS and Optimus on the test split, then
 MARA against LARA and the other baselines at loads 1.0/1.5/2.0 on the same episodes,
-and writes OUT/summary.md, CSVs, plots (completion vs load, predictor error vs prefix
-fraction, an example episode's allocation) and TensorBoard logs.  About 3-6 minutes on
-2 cores.  --full first retrains the predictor and the shipped policy's recipe from the
+then on replayed test days of a cluster's job trace (--jobs, the shipped Philly trace by
+default), and writes OUT/summary.md, CSVs, plots (completion vs load, predictor error vs
+prefix fraction, an example episode's allocation) and TensorBoard logs.  About 5-6
+minutes on 2 cores.  --full first retrains the predictor and the shipped policy's recipe from the
 experiment YAMLs (behaviour cloning, then three PPO stages of 40-45 minutes each; about
 two and a half hours more on 2 cores; needs the rllib extra; resumable stage by stage)
 and evaluates the retrained policy too.
@@ -17,7 +18,15 @@ import sys
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from mara_agents.reproduce import DEFAULT_EPISODES, DEFAULT_LOADS, DEFAULT_SPECS
+    from mara_agents.reproduce import (
+        DEFAULT_EPISODES,
+        DEFAULT_JOBS,
+        DEFAULT_JOBS_EPISODES,
+        DEFAULT_JOBS_NODES,
+        DEFAULT_LOADS,
+        DEFAULT_SPECS,
+        REPLAY_LOADS,
+    )
 
     parser.add_argument("--out", default="results", help="output directory")
     parser.add_argument(
@@ -47,6 +56,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--skip-predictor", action="store_true", help="skip the predictor evaluation"
     )
+    parser.add_argument(
+        "--jobs",
+        default=DEFAULT_JOBS,
+        help=f"job trace whose test days the schedulers also replay (default {DEFAULT_JOBS!r}, "
+        "the shipped Philly trace; a table from `mara jobs import`; 'none': skip), at loads "
+        f"{', '.join(map(str, REPLAY_LOADS))} (docs/jobs.md)",
+    )
+    parser.add_argument(
+        "--jobs-nodes",
+        type=int,
+        default=DEFAULT_JOBS_NODES,
+        help=f"cluster size of the replayed days (default {DEFAULT_JOBS_NODES})",
+    )
+    parser.add_argument(
+        "--jobs-episodes",
+        type=int,
+        default=DEFAULT_JOBS_EPISODES,
+        help=f"replayed episodes per load (default {DEFAULT_JOBS_EPISODES})",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -59,6 +87,14 @@ def run(args: argparse.Namespace) -> int:
         for load in loads:
             ClusterConfig(load=load)  # (0, 100], finite: one message naming the value
         checks.check_output_dir(args.out)
+        jobs = None if args.jobs == "none" else args.jobs
+        if jobs is not None:
+            checks.at_least(args.jobs_nodes, "--jobs-nodes", 1)
+            checks.at_least(args.jobs_episodes, "--jobs-episodes", 1)
+            try:
+                ClusterConfig(jobs=jobs, num_nodes=args.jobs_nodes)
+            except ConfigError as e:
+                raise checks.UsageError(f"--jobs {args.jobs}: {e}") from None
         summary = reproduce(
             out=args.out,
             episodes=args.episodes,
@@ -68,6 +104,9 @@ def run(args: argparse.Namespace) -> int:
             workers=args.workers,
             full=args.full,
             skip_predictor=args.skip_predictor,
+            jobs=jobs,
+            jobs_nodes=args.jobs_nodes,
+            jobs_episodes=args.jobs_episodes,
         )
     except (ConfigError, checks.UsageError) as e:
         print(f"mara reproduce: {e}", file=sys.stderr)
