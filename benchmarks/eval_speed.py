@@ -33,7 +33,7 @@ import numpy as np
 import torch
 
 from mara_agents.evaluation.runner import build, episode_seed, evaluate, run_agent_episode
-from mara_env.cluster_env import raw_env
+from mara_env.cluster_env import play_random, raw_env
 from mara_env.config import ClusterConfig
 from mara_env.traces import TraceSet, load_traces
 
@@ -41,13 +41,7 @@ from mara_env.traces import TraceSet, load_traces
 def random_episode(config: ClusterConfig, traces: TraceSet, seed: int) -> float:
     """CPU seconds of one episode of the bare AEC env under uniformly random valid actions."""
     start = time.process_time()
-    env = raw_env(config=config, trace_set=traces)
-    env.reset(seed=seed)
-    rng = np.random.default_rng(seed)
-    for _ in env.agent_iter():
-        obs, _, term, trunc, _ = env.last()
-        action = None if term or trunc else int(rng.choice(np.flatnonzero(obs["action_mask"])))
-        env.step(action)
+    play_random(raw_env(config=config, trace_set=traces), seed)
     return time.process_time() - start
 
 

@@ -34,12 +34,11 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 
-import numpy as np
 from tqdm import tqdm
 
 from flow_predictor.wrapper import make_predictor, wrap
 from mara_agents.evaluation.runner import build, episode_seed, run_agent_episode
-from mara_env.cluster_env import raw_env
+from mara_env.cluster_env import play_random, raw_env
 from mara_env.config import ClusterConfig
 from mara_env.schedulers import Scheduler, run_episode
 from mara_env.traces import TraceSet, load_traces
@@ -52,13 +51,7 @@ def random_driver(config: ClusterConfig, traces: TraceSet, seed: int, predictor:
     """One episode of the AEC env (wrapped with ``predictor``'s features unless None)
     under uniformly random valid actions; returns its ticks."""
     env = raw_env(config=config, trace_set=traces)
-    view = env if predictor is None else wrap(env, "flow", predictor=predictor)
-    view.reset(seed=seed)
-    rng = np.random.default_rng(seed)
-    for _ in view.agent_iter():
-        obs, _, term, trunc, _ = view.last()
-        action = None if term or trunc else int(rng.choice(np.flatnonzero(obs["action_mask"])))
-        view.step(action)
+    play_random(env if predictor is None else wrap(env, "flow", predictor=predictor), seed)
     return env.engine.sim.t
 
 

@@ -594,3 +594,14 @@ def env(**kwargs: Any) -> AECEnv:
 def parallel_env(**kwargs: Any) -> ParallelEnv:
     """The parallel (simultaneous-choice) environment."""
     return parallel_raw_env(**kwargs)
+
+
+def play_random(env: AECEnv, seed: int) -> None:
+    """One episode of ``env`` (any AEC view of the cluster, reset here with ``seed``) under
+    uniformly random valid actions: the random *policy*, as a learned policy's floor through
+    the same API (the ``random`` scheduler is another thing: it keeps nodes in place)."""
+    env.reset(seed=seed)
+    rng = np.random.default_rng(seed)
+    for _ in env.agent_iter():
+        obs, _, term, trunc, _ = env.last()
+        env.step(None if term or trunc else int(rng.choice(np.flatnonzero(obs["action_mask"]))))

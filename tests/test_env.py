@@ -287,3 +287,22 @@ def test_mara_env_imports_neither_torch_nor_ray():
         "assert not bad, bad"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_play_random_is_a_seeded_random_policy_through_the_api() -> None:
+    """play_random plays a whole episode with valid actions only (the env's own checks
+    would raise), the same for the same seed, and far below uniform share."""
+    from mara_env.cluster_env import play_random, raw_env
+    from mara_env.schedulers import SCHEDULERS, run_episode
+
+    def once(seed: int) -> dict:
+        e = raw_env(num_nodes=6, num_slots=12, horizon=30, split="val")
+        play_random(e, seed)
+        assert e.engine.finished
+        return e.engine.sim.metrics()
+
+    first = once(3)
+    assert first == once(3) and first != once(4)
+    e = raw_env(num_nodes=6, num_slots=12, horizon=30, split="val")
+    uniform = run_episode(SCHEDULERS["uniform"](), e.engine.config, e.engine.sim.traces, 3)
+    assert first["completion_rate"] < uniform["completion_rate"]
