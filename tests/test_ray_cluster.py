@@ -17,6 +17,8 @@ def cluster():
     c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
     c.add_node(num_cpus=1)
     c.wait_for_nodes()
+    if ray.is_initialized():  # an earlier test in this worker process left its local Ray up
+        ray.shutdown()
     ray.init(address=c.address, log_to_driver=False)
     yield c
     ray.shutdown()
