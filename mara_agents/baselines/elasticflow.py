@@ -9,7 +9,6 @@ from flow_predictor.flow_share import nodes_needed
 from mara_agents.baselines.lara import (
     EXPLORE_REPORTS,
     FEWEST_REPORTS,
-    PREDICTORS,
     PlannedWork,
     explore_counts,
 )
@@ -174,13 +173,11 @@ class ElasticFlow(Scheduler):
         margin: float | None = None,
         explore_reports: int | None = None,
     ) -> None:
-        if predictor not in PREDICTORS:
-            raise ValueError(
-                f"elasticflow: predictor={predictor!r}; expected one of {', '.join(PREDICTORS)}"
-            )
-        margin = DEFAULT_MARGINS[predictor] if margin is None else margin
-        if isinstance(margin, bool) or not (isinstance(margin, (int, float)) and margin > -1):
-            raise ValueError(f"elasticflow: margin={margin!r}; expected a number > -1")
+        margin = DEFAULT_MARGINS.get(predictor, 0.0) if margin is None else margin
+        try:  # PlannedWork checks the predictor and the margin
+            self.work = PlannedWork(predictor, margin, FEWEST_REPORTS.get(predictor, 0))
+        except ValueError as exc:
+            raise ValueError(f"elasticflow: {exc}") from None
         fewest = FEWEST_REPORTS[predictor]
         reports = EXPLORE_REPORTS[predictor] if explore_reports is None else explore_reports
         if isinstance(reports, bool) or not (isinstance(reports, int) and reports >= fewest):
@@ -191,7 +188,6 @@ class ElasticFlow(Scheduler):
         self.predictor = predictor
         self.margin = float(margin)
         self.explore_reports = reports
-        self.work = PlannedWork(predictor, self.margin, reports)
 
     def reset(self, sim: ClusterSim, rng: np.random.Generator) -> None:
         super().reset(sim, rng)
