@@ -8,12 +8,14 @@ work, reports losses from the real traces, and retires completed and expired tas
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
 import numpy as np
 
 from mara_env.config import ClusterConfig
+from mara_env.throughput import ThroughputModel
 from mara_env.traces import LOSS_FLOOR, TraceSet
 from mara_env.workload import Workload, sample_workload
 
@@ -44,32 +46,41 @@ class EpisodeStats:
     reassignments: int = 0
 
 
-class ClusterSim:
-    """The simulator state of one episode; call :meth:`reset` before the first tick."""
+class ClusterState:
+    """The cluster interface: what every backend keeps and every scheduler reads.
 
-    def __init__(self, config: ClusterConfig, traces: TraceSet, record: bool = False) -> None:
-        self.config = config
-        self.traces = traces
-        self.record = record  # keep every tick's assignment in ``assign_log``
-        self.workload: Workload | None = None
-        # One sorted key over all traces (trace index + step / scale) turns "last
-        # logged point at or below this work" into a single vectorised searchsorted.
-        lengths = np.diff(traces.offsets)
-        self._scale = traces.steps[traces.offsets[1:] - 1] * (1 + 1e-9) + 1e-12
-        row_trace = np.repeat(np.arange(len(traces)), lengths)
-        self._key = row_trace + traces.steps / self._scale[row_trace]
+    Schedulers, the env and the policy read only these, so they run unchanged on the
+    simulator (:class:`ClusterSim`) and on a live cluster
+    (:class:`mara_agents.live.cluster.LiveCluster`):
+
+    * ``config`` (``num_nodes`` is the nodes now), ``t`` (ticks so far), ``done``;
+    * ``workload``: per task ``arrival``, ``deadline``, ``target``, ``cap`` and the
+      throughput model ``rate``, ``alpha`` (work per tick on ``n`` nodes = ``rate * n**alpha``);
+      in a simulator with ``throughput="known"`` these are the truth, otherwise estimates
+      from what the tasks did so far (:class:`mara_env.throughput.ThroughputModel`);
+    * per task ``status``, ``work`` (done so far), ``reported`` (its last loss report),
+      ``slope``, ``nodes_now`` (nodes that served it in the last tick), :meth:`history`,
+      :meth:`progress`; per node ``node_task``; :meth:`active`, :meth:`potential`.
+
+    A backend implements :meth:`_serve`: it advances ``work`` and ``reported`` for the
+    tasks that made progress in a tick.  Everything else, the caps, the warm-up
+    accounting, completion, expiry, arrivals and the metrics, is this class's, once for
+    every backend.  :meth:`remaining_true` exists only where the backend knows the truth.
+    """
+
+    config: ClusterConfig
+    workload: Workload
+    record: bool = False
 
     # ---- episode lifecycle -------------------------------------------------------
-    def reset(self, rng: np.random.Generator, workload: Workload | None = None) -> None:
-        """Start a new episode with tasks drawn from ``rng`` (or the given workload)."""
-        wl = workload if workload is not None else sample_workload(self.config, self.traces, rng)
-        self.workload = wl
-        n = len(wl)
+    def _start(self, workload: Workload, loss0: np.ndarray) -> None:
+        """Begin an episode of ``workload``; ``loss0``: each task's loss before training."""
+        self.workload = workload
+        n = len(workload)
         self.t = 0
         self.status = np.zeros(n, np.int8)
         self.work = np.zeros(n)
-        self.rep_idx = np.zeros(n, np.int64)  # index (within its trace) of the reported point
-        self.loss0 = self.traces.loss[self.traces.offsets[wl.trace]]
+        self.loss0 = np.asarray(loss0, np.float64).copy()
         self.reported = self.loss0.copy()
         self.nodes_now = np.zeros(n, np.int64)  # nodes that served the task in the last tick
         self.node_task = np.full(self.config.num_nodes, -1, np.int64)
@@ -82,7 +93,7 @@ class ClusterSim:
         self.stats = EpisodeStats()
         self.assign_log: list[np.ndarray] = []
         self._next_arrival = 0
-        self._log_target = np.log(np.maximum(wl.target, LOSS_FLOOR))
+        self._log_target = np.log(np.maximum(workload.target, LOSS_FLOOR))
         self._log_loss0 = np.log(np.maximum(self.loss0, LOSS_FLOOR))
         self._arrive()
 
@@ -138,8 +149,6 @@ class ClusterSim:
         stay = busy & (assign == self.node_task)
         n_busy, n_joins = int(busy.sum()), int(busy.sum() - stay.sum())
         warm = np.bincount(assign[stay], minlength=n) if self.config.reassign_cost else total
-        progressed = np.flatnonzero(warm)
-        self.work[progressed] += wl.rate[progressed] * warm[progressed] ** wl.alpha[progressed]
         self.node_ticks_used += total
         self.stats.node_ticks_busy += n_busy
         self.stats.node_ticks_total += self.config.num_nodes
@@ -148,21 +157,15 @@ class ClusterSim:
             self.warmup_used += total - warm
             self.stats.warmup_node_ticks += n_joins
 
-        if len(progressed):
-            tr = wl.trace[progressed]
-            frac = np.minimum(self.work[progressed] / self._scale[tr], 1 - 1e-12)
-            row = np.searchsorted(self._key, tr + frac, side="right") - 1
-            row = np.maximum(row, self.traces.offsets[tr])
-            self.rep_idx[progressed] = row - self.traces.offsets[tr]
-            self.reported[progressed] = self.traces.loss[row]
-            for k, w, loss in zip(
-                progressed.tolist(),
-                self.work[progressed].tolist(),
-                self.reported[progressed].tolist(),
-            ):
-                self.hist_work[k].append(w)
-                self.hist_loss[k].append(loss)
-                self.slope[k] = _recent_slope(self.hist_work[k], self.hist_loss[k])
+        progressed = self._serve(assign, total, warm)
+        for k, w, loss in zip(
+            progressed.tolist(),
+            self.work[progressed].tolist(),
+            self.reported[progressed].tolist(),
+        ):
+            self.hist_work[k].append(w)
+            self.hist_loss[k].append(loss)
+            self.slope[k] = _recent_slope(self.hist_work[k], self.hist_loss[k])
 
         self.t += 1
         self.nodes_now = total
@@ -183,6 +186,12 @@ class ClusterSim:
             completed=completed, expired=expired, arrived=arrived, reported=progressed
         )
 
+    def _serve(self, assign: np.ndarray, total: np.ndarray, warm: np.ndarray) -> np.ndarray:
+        """Run one interval: node ``i`` on task ``assign[i]``, ``total``/``warm`` nodes per
+        task (all / those that served it in the last tick); set ``work`` and ``reported``
+        of the tasks that progressed and return their indices."""
+        raise NotImplementedError
+
     # ---- derived quantities --------------------------------------------------------
     def progress(self, tasks: np.ndarray) -> np.ndarray:
         """Normalised progress in [0, 1]: log(L0/L) / log(L0/eps) (1 = at target)."""
@@ -201,7 +210,18 @@ class ClusterSim:
 
     def remaining_true(self, tasks: np.ndarray) -> np.ndarray:
         """True remaining work to reach each task's target (oracle knowledge)."""
-        return np.maximum(self.workload.work_true[tasks] - self.work[tasks], 0.0)
+        raise NotImplementedError(
+            f"{type(self).__name__} does not know tasks' true remaining work "
+            "(the oracle runs only on the simulator)"
+        )
+
+    def task_families(self) -> np.ndarray:
+        """Each task's family (``tabular``, ``vision``, ``lm``, ``rl``, ...)."""
+        raise NotImplementedError
+
+    def all_families(self) -> list[str]:
+        """The families the metrics count (every family of the library, even if absent)."""
+        return sorted(set(self.task_families().tolist()))
 
     def metrics(self) -> dict[str, float]:
         """Per-episode metrics (meaningful once the episode is done).
@@ -231,14 +251,79 @@ class ClusterSim:
         }
 
     def _family_counts(self) -> dict[str, int]:
-        families = self.traces.families
-        task_family = families[self.workload.trace]
+        task_family = self.task_families()
         out = {}
-        for fam in sorted(set(families.tolist())):
+        for fam in self.all_families():
             mine = task_family == fam
             out[f"tasks_{fam}"] = int(mine.sum())
             out[f"completed_{fam}"] = int((mine & (self.status == DONE)).sum())
         return out
+
+
+class ClusterSim(ClusterState):
+    """The simulator state of one episode; call :meth:`reset` before the first tick.
+
+    Work advances by the task's true ``rate * warm**alpha`` (``warm``: nodes that served
+    it in the last tick, or all its nodes without ``reassign_cost``) and the reported
+    loss is the task's trace at that work.  With ``config.throughput == "measured"``
+    schedulers see ``workload.rate`` and ``workload.alpha`` estimated from the work the
+    tasks gained so far, as on a live cluster, while the truth (``truth``) drives the
+    simulation.
+    """
+
+    def __init__(self, config: ClusterConfig, traces: TraceSet, record: bool = False) -> None:
+        self.config = config
+        self.traces = traces
+        self.record = record  # keep every tick's assignment in ``assign_log``
+        # One sorted key over all traces (trace index + step / scale) turns "last
+        # logged point at or below this work" into a single vectorised searchsorted.
+        lengths = np.diff(traces.offsets)
+        self._scale = traces.steps[traces.offsets[1:] - 1] * (1 + 1e-9) + 1e-12
+        row_trace = np.repeat(np.arange(len(traces)), lengths)
+        self._key = row_trace + traces.steps / self._scale[row_trace]
+        self._families = sorted(set(traces.families.tolist()))
+
+    def reset(self, rng: np.random.Generator, workload: Workload | None = None) -> None:
+        """Start a new episode with tasks drawn from ``rng`` (or the given workload)."""
+        wl = workload if workload is not None else sample_workload(self.config, self.traces, rng)
+        self.truth = wl
+        self.rep_idx = np.zeros(len(wl), np.int64)  # index (within its trace) of the report
+        self.estimate: ThroughputModel | None = None
+        seen = wl
+        if self.config.throughput == "measured":
+            group = np.searchsorted(self._families, self.traces.families[wl.trace])
+            prior = float(np.mean(self.config.alpha_range))
+            self.estimate = ThroughputModel(group, alpha_prior=prior)
+            rate, alpha = self.estimate.rates()
+            seen = dataclasses.replace(wl, rate=rate, alpha=alpha)
+        self._start(seen, self.traces.loss[self.traces.offsets[wl.trace]])
+
+    def _serve(self, assign: np.ndarray, total: np.ndarray, warm: np.ndarray) -> np.ndarray:
+        wl = self.truth
+        progressed = np.flatnonzero(warm)
+        gain = wl.rate[progressed] * warm[progressed] ** wl.alpha[progressed]
+        self.work[progressed] += gain
+        if self.estimate is not None and len(progressed):
+            self.estimate.observe(progressed, warm[progressed], gain)
+            self.workload.rate[:], self.workload.alpha[:] = self.estimate.rates()
+        if len(progressed):
+            tr = wl.trace[progressed]
+            frac = np.minimum(self.work[progressed] / self._scale[tr], 1 - 1e-12)
+            row = np.searchsorted(self._key, tr + frac, side="right") - 1
+            row = np.maximum(row, self.traces.offsets[tr])
+            self.rep_idx[progressed] = row - self.traces.offsets[tr]
+            self.reported[progressed] = self.traces.loss[row]
+        return progressed
+
+    def remaining_true(self, tasks: np.ndarray) -> np.ndarray:
+        """True remaining work to reach each task's target (oracle knowledge)."""
+        return np.maximum(self.truth.work_true[tasks] - self.work[tasks], 0.0)
+
+    def task_families(self) -> np.ndarray:
+        return self.traces.families[self.truth.trace]
+
+    def all_families(self) -> list[str]:
+        return self._families
 
 
 def _recent_slope(work: list[float], loss: list[float], lag: int = 4) -> float:

@@ -16,7 +16,7 @@ from gymnasium import spaces
 from pettingzoo import AECEnv, ParallelEnv
 from pettingzoo.utils import wrappers
 
-from mara_env.cluster import ClusterSim
+from mara_env.cluster import ClusterSim, ClusterState
 from mara_env.config import ClusterConfig
 from mara_env.schedulers import edf_order
 from mara_env.traces import LOSS_FLOOR, TraceSet, load_traces
@@ -87,15 +87,29 @@ class InvalidActionError(ValueError):
 
 
 class ClusterEngine:
-    """Decision rounds over a :class:`ClusterSim`: slots, masks, features, rewards.
+    """Decision rounds over a cluster backend (a :class:`ClusterSim` unless ``backend`` is
+    given, e.g. a live cluster): slots, masks, features, rewards.
 
     Shared by the AEC and the parallel environment so both have one semantics.
     """
 
-    def __init__(self, config: ClusterConfig, traces: TraceSet | None = None) -> None:
+    def __init__(
+        self,
+        config: ClusterConfig,
+        traces: TraceSet | None = None,
+        backend: ClusterState | None = None,
+    ) -> None:
         self.config = config
-        self.traces = traces or _cached_traces(config.traces, config.split, config.families)
-        self.sim = ClusterSim(config, self.traces)
+        if backend is None:
+            traces = traces or _cached_traces(config.traces, config.split, config.families)
+            backend = ClusterSim(config, traces)
+        elif backend.config.num_nodes != config.num_nodes:
+            raise ValueError(
+                f"backend has {backend.config.num_nodes} nodes; the env config has "
+                f"{config.num_nodes}"
+            )
+        self.sim = backend
+        self.traces = getattr(backend, "traces", traces)  # None on a live cluster
         n, k = config.num_nodes, config.num_slots
         self.agents = [f"node_{i}" for i in range(n)]
         self.obs_dim = len(NODE_FEATURES) + k * len(SLOT_FEATURES)
@@ -337,13 +351,14 @@ def _setup(
     render_mode: str | None,
     trace_set: TraceSet | None,
     kwargs: dict[str, Any],
+    backend: ClusterState | None = None,
 ) -> None:
     """Shared constructor of the AEC and parallel envs: config, engine, agents."""
     if render_mode is not None and render_mode not in raw_env.metadata["render_modes"]:
         raise ValueError(f"render_mode {render_mode!r}; expected one of ['ansi'] or None")
     env.render_mode = render_mode
     env.config = _make_config(config, kwargs)
-    env.engine = ClusterEngine(env.config, trace_set)
+    env.engine = ClusterEngine(env.config, trace_set, backend)
     env.possible_agents = list(env.engine.agents)
     env.state_space = env.engine.observation_space["state"]
 
@@ -408,7 +423,9 @@ class raw_env(AECEnv):
     **Truncation**: after ``max_cycles`` decision rounds, if set.
 
     **Config**: keyword arguments or ``config=`` (dict or :class:`ClusterConfig`);
-    ``trace_set=`` passes an already loaded :class:`TraceSet`.
+    ``trace_set=`` passes an already loaded :class:`TraceSet`; ``backend=`` runs the env
+    over another cluster backend (a :class:`~mara_env.cluster.ClusterState`, such as a
+    live cluster, whose own reset supplies the tasks) instead of a simulator.
     ``render_mode="ansi"`` renders the cluster and the queue as text.
 
     **Version history**: v1 — deadlines from a user's estimate (``deadline_sigma``) and
@@ -427,10 +444,11 @@ class raw_env(AECEnv):
         config: ClusterConfig | dict[str, Any] | None = None,
         render_mode: str | None = None,
         trace_set: TraceSet | None = None,
+        backend: ClusterState | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__()
-        _setup(self, config, render_mode, trace_set, kwargs)
+        _setup(self, config, render_mode, trace_set, kwargs, backend)
         self._index = {a: i for i, a in enumerate(self.possible_agents)}
         self.observation_spaces = {a: self.engine.observation_space for a in self.possible_agents}
         self.action_spaces = {a: self.engine.action_space for a in self.possible_agents}
@@ -505,9 +523,10 @@ class parallel_raw_env(ParallelEnv):
         config: ClusterConfig | dict[str, Any] | None = None,
         render_mode: str | None = None,
         trace_set: TraceSet | None = None,
+        backend: ClusterState | None = None,
         **kwargs: Any,
     ) -> None:
-        _setup(self, config, render_mode, trace_set, kwargs)
+        _setup(self, config, render_mode, trace_set, kwargs, backend)
         self.agents: list[str] = []
 
     def observation_space(self, agent: str) -> gymnasium.Space:

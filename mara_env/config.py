@@ -10,6 +10,8 @@ from typing import Any
 from mara_env.jobs import SHIPPED_JOBS
 from mara_env.traces import SPLITS
 
+THROUGHPUT_MODES = ("known", "measured")
+
 
 class ConfigError(ValueError):
     """A configuration value or key is invalid; the message names it and what is allowed."""
@@ -43,6 +45,10 @@ class ClusterConfig:
     ``sum(n_ref * T) / (num_nodes * horizon)`` is nearest ``load``; days whose own load is
     below ``load`` are never drawn. ``cap_choices``, ``size_range`` and ``ref_nodes`` are
     then unused.
+
+    ``throughput``: ``"known"`` hands schedulers each task's true ``rate`` and ``alpha``;
+    ``"measured"`` hands them estimates fitted to the work tasks gained so far
+    (:mod:`mara_env.throughput`), what a live cluster can offer.
     """
 
     num_nodes: int = 16
@@ -67,6 +73,7 @@ class ClusterConfig:
     jobs_hours: tuple[float, float] = (0.0, 24.0)
     jobs_cap_multiple: float = 2.0
     jobs_size_range: tuple[float, float] = (1.0, 120.0)
+    throughput: str = "known"
 
     def __post_init__(self) -> None:
         def bad(name: str, expected: str) -> ConfigError:
@@ -118,6 +125,8 @@ class ClusterConfig:
             and 1 <= self.jobs_cap_multiple <= 64
         ):
             raise bad("jobs_cap_multiple", "a number in [1, 64] (cap = multiple x the job's GPUs)")
+        if self.throughput not in THROUGHPUT_MODES:
+            raise bad("throughput", f"one of {list(THROUGHPUT_MODES)}")
         if self.jobs is not None:
             if not isinstance(self.jobs, str) or not (
                 self.jobs in SHIPPED_JOBS or self.jobs.endswith((".parquet", ".pq"))

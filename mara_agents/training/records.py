@@ -63,6 +63,8 @@ def experiment_record(exp: Experiment) -> dict[str, Any]:
     if data["env"]["jobs"] is None:  # likewise: without jobs, their settings are unused
         for key in [k for k in data["env"] if k.startswith("jobs")]:
             del data["env"][key]
+    if data["env"]["throughput"] == "known":  # likewise: the default before the key existed
+        del data["env"]["throughput"]
     return yaml.safe_load(yaml.safe_dump(_plain(data)))
 
 
