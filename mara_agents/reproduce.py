@@ -15,7 +15,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import numpy as np
 import pandas as pd
 
 from mara_env.config import ClusterConfig, ConfigError
@@ -218,34 +217,20 @@ def _nested(summary: str) -> str:
 
 def gantt(config: ClusterConfig, seed: int, specs: Sequence[str], path: Path) -> None:
     """Node x tick allocation of one episode for each spec, tasks in colours."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     from mara_agents.evaluation.registry import expand_alias
+    from mara_agents.evaluation.report import plot_allocation
     from mara_agents.evaluation.runner import run_spec
 
     traces = load_traces(config.traces, split=config.split)
-    runs = [
-        (name, run_spec(expand_alias(name), config, traces, seed, record=True)) for name in specs
-    ]
-    fig, axes = plt.subplots(len(runs), 1, figsize=(11, 2.2 * len(runs)), squeeze=False)
-    cmap = matplotlib.colormaps["tab20"]
-    for ax, (name, m) in zip(axes[:, 0], runs):
-        alloc = m["allocation"].T.astype(float)  # nodes x ticks
-        colours = np.where(alloc[..., None] >= 0, cmap(np.mod(alloc, 20).astype(int)), 1.0)
-        ax.imshow(colours, aspect="auto", interpolation="nearest")
-        ax.set_title(
+    panels = []
+    for name in specs:
+        m = run_spec(expand_alias(name), config, traces, seed, record=True)
+        title = (
             f"{name}: {m['completed']}/{m['tasks']} tasks completed, "
-            f"{m['reassignments']} re-assignments (white = idle)",
-            fontsize=9,
+            f"{m['reassignments']} re-assignments (white = idle)"
         )
-        ax.set_ylabel("node")
-    axes[-1, 0].set_xlabel("tick")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+        panels.append((title, m["allocation"]))
+    plot_allocation(panels, path)
 
 
 DEFAULT_EPISODES = 100  # per load: 30 cannot resolve a 1-point margin

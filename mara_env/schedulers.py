@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from mara_env.cluster import ClusterSim
+from mara_env.cluster import ClusterSim, ClusterState
 from mara_env.config import ClusterConfig
 from mara_env.traces import TraceSet
 
@@ -185,14 +185,15 @@ def run_episode(
     traces: TraceSet,
     seed: int,
     record: bool = False,
+    backend: ClusterState | None = None,
 ) -> dict[str, Any]:
-    """Run one episode on the simulator (fast path); returns its metrics.
+    """Run one episode on the simulator (fast path), or on ``backend``; returns its metrics.
 
     The workload is drawn exactly as ``raw_env.reset(seed=seed)`` draws it, so every
     scheduler, and a policy acting in the env, sees the same tasks for the same seed.
     The scheduler's own randomness comes from a generator derived from the seed.
     """
-    sim = ClusterSim(config, traces, record=record)
+    sim = backend if backend is not None else ClusterSim(config, traces, record=record)
     sim.reset(np.random.default_rng(seed))
     scheduler.reset(sim, np.random.default_rng([seed, 1]))
     while not sim.done:

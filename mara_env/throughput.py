@@ -9,7 +9,8 @@ Per task, ``log gain = log rate + alpha * log n`` is fitted by least squares ove
 observed ticks.  Until a task has been seen at two different allocations its ``alpha``
 is the prior; until it has been seen at all its ``rate`` is the geometric mean of the
 fitted rates of its group (the tasks of its family), else of every observed task, else
-``rate_prior``.
+``rate_prior``; a per-task ``rate_prior`` (say, each job's speed measured on one node
+before it starts) takes the place of the group's for tasks not yet seen.
 """
 
 from __future__ import annotations
@@ -22,14 +23,19 @@ ALPHA_BOUNDS = (0.0, 1.0)  # sub-linear speed-up, never a slow-down
 class ThroughputModel:
     """Running least-squares estimates of every task's ``rate`` and ``alpha``."""
 
-    def __init__(self, group: np.ndarray, alpha_prior: float, rate_prior: float = 1.0) -> None:
+    def __init__(
+        self, group: np.ndarray, alpha_prior: float, rate_prior: float | np.ndarray = 1.0
+    ) -> None:
         if not ALPHA_BOUNDS[0] <= alpha_prior <= ALPHA_BOUNDS[1]:
             raise ValueError(f"alpha_prior={alpha_prior}: expected a number in {ALPHA_BOUNDS}")
-        if not rate_prior > 0:
-            raise ValueError(f"rate_prior={rate_prior}: expected a positive number")
+        prior = np.asarray(rate_prior, np.float64)
+        if prior.ndim > 1 or (prior.ndim == 1 and prior.shape != np.shape(group)):
+            raise ValueError("rate_prior: expected a number or one number per task")
+        if not (np.isfinite(prior) & (prior > 0)).all():
+            raise ValueError(f"rate_prior={rate_prior}: expected positive numbers")
         self.group = np.asarray(group, np.int64)
         self.alpha_prior = float(alpha_prior)
-        self.rate_prior = float(rate_prior)
+        self.rate_prior = prior
         n = len(self.group)
         # sufficient statistics of (x = log n, y = log gain) per task
         self._n = np.zeros(n)
@@ -59,7 +65,9 @@ class ThroughputModel:
         alpha[spread] = (self._sxy[spread] / m[spread] - mx[spread] * my[spread]) / var[spread]
         alpha = np.clip(alpha, *ALPHA_BOUNDS)
         log_rate = my - alpha * mx
-        fallback = np.log(self.rate_prior)
+        if self.rate_prior.ndim == 1:
+            return np.exp(np.where(seen, log_rate, np.log(self.rate_prior))), alpha
+        fallback = float(np.log(self.rate_prior))
         if seen.any():
             fallback = float(log_rate[seen].mean())
             groups = self.group[seen]

@@ -88,3 +88,12 @@ def test_measured_mode_changes_nothing_for_a_scheduler_that_ignores_throughput(t
         a = run_episode(EDF(), known, traces, seed)
         b = run_episode(EDF(), measured, traces, seed)
         assert a == b
+
+
+def test_a_per_task_prior_stands_in_for_unseen_tasks():
+    model = ThroughputModel(np.array([0, 0]), alpha_prior=0.5, rate_prior=np.array([3.0, 5.0]))
+    model.observe(np.array([0]), np.array([4]), np.array([8.0]))
+    rate, _ = model.rates()
+    np.testing.assert_allclose(rate, [4.0, 5.0])
+    with pytest.raises(ValueError, match="one number per task"):
+        ThroughputModel(np.array([0, 0]), alpha_prior=0.5, rate_prior=np.ones(3))

@@ -168,6 +168,28 @@ def write_outputs(df: pd.DataFrame, out_dir: str | os.PathLike, reference: str =
     write_tensorboard(df, out / "tb")
 
 
+def plot_allocation(panels: list[tuple[str, np.ndarray]], path: str | os.PathLike) -> None:
+    """A Gantt chart per panel: the ticks x nodes allocation (task indices, -1 idle) as
+    nodes x ticks, one colour per task, white for idle."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(len(panels), 1, figsize=(11, 2.2 * len(panels)), squeeze=False)
+    cmap = matplotlib.colormaps["tab20"]
+    for ax, (title, allocation) in zip(axes[:, 0], panels):
+        alloc = np.asarray(allocation).T.astype(float)  # nodes x ticks
+        colours = np.where(alloc[..., None] >= 0, cmap(np.mod(alloc, 20).astype(int)), 1.0)
+        ax.imshow(colours, aspect="auto", interpolation="nearest")
+        ax.set_title(title, fontsize=9)
+        ax.set_ylabel("node")
+    axes[-1, 0].set_xlabel("tick")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def plot_completion(df: pd.DataFrame, path: str | os.PathLike) -> None:
     """Completion rate vs load, one line per scheduler with 95% CI error bars."""
     import matplotlib

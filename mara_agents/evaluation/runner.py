@@ -26,6 +26,7 @@ import pandas as pd
 from mara_agents.evaluation.registry import (
     Agent,
     Bound,
+    SpecError,
     check_spec,
     expand_alias,
     is_agent_spec,
@@ -37,15 +38,22 @@ from mara_agents.evaluation.registry import (
 )
 from mara_agents.evaluation.report import REFERENCE, write_outputs
 from mara_agents.evaluation.stats import COLUMNS, FAMILY_PREFIXES, METRICS
+from mara_env.cluster import ClusterState
 from mara_env.config import ClusterConfig
 from mara_env.schedulers import Scheduler, run_episode
 from mara_env.traces import TraceSet, load_traces
 
 
 def run_agent_episode(
-    agent: Agent, config: ClusterConfig, traces: TraceSet, seed: int, record: bool = False
+    agent: Agent,
+    config: ClusterConfig,
+    traces: TraceSet | None,
+    seed: int,
+    record: bool = False,
+    backend: ClusterState | None = None,
 ) -> dict:
-    """One episode of an env-driven agent through ``raw_env``; returns its metrics.
+    """One episode of an env-driven agent through ``raw_env`` (over ``backend`` if given,
+    e.g. a live cluster); returns its metrics.
 
     An agent with ``act_round`` acts once per round on the round view
     (:class:`~mara_env.round_env.RoundEnv`) of the env; one without acts node by node
@@ -59,8 +67,8 @@ def run_agent_episode(
     slots = slots_for(config.num_nodes) if slots_for else getattr(agent, "num_slots", None)
     if slots is not None and slots != config.num_slots:
         config = replace(config, num_slots=int(slots))
-    env = raw_env(config=config, trace_set=traces)
-    env.engine.sim.record = record
+    env = raw_env(config=config, trace_set=traces, backend=backend)
+    env.engine.sim.record = record or env.engine.sim.record
     env.reset(seed=seed)
     agent.reset(env, seed)
     act_round = getattr(agent, "act_round", None)
@@ -86,16 +94,19 @@ def run_spec(
     seed: int,
     record: bool = False,
     built: Agent | Scheduler | Bound | None = None,
+    backend: ClusterState | None = None,
 ) -> dict:
     """Metrics of one episode of ``spec`` (scheduler fast path or env-driven agent);
     ``built``: the agent or scheduler :func:`build` made of ``spec`` (reset here), else
-    built now."""
+    built now; ``backend``: run on that cluster (a live one) instead of a simulator."""
     made = build(spec) if built is None else built
     if is_bound_spec(spec):  # a figure, not a schedule: nothing to record
+        if backend is not None:
+            raise SpecError(f"{spec!r} is a bound computed from true work: it cannot run live")
         return made(config, traces, seed)
     if is_agent_spec(spec):
-        return run_agent_episode(made, config, traces, seed, record)
-    return run_episode(made, config, traces, seed, record)
+        return run_agent_episode(made, config, traces, seed, record, backend)
+    return run_episode(made, config, traces, seed, record, backend)
 
 
 def build(spec: str) -> Agent | Scheduler | Bound:

@@ -1,0 +1,1 @@
+"""Live mode: real training jobs scheduled on a Ray cluster."""
