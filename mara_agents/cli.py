@@ -33,6 +33,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "export a training checkpoint to a torch-only policy file",
     ),
     "curves": ("mara_agents.commands.curves", "plot several training runs' learning curves"),
+    "live": ("mara_agents.commands.live", "schedule real training jobs on a Ray cluster"),
 }
 
 # command -> the extra it needs beyond the bare install, checked before it runs (``traces
@@ -43,6 +44,7 @@ NEEDS: dict[str, str] = {
     "train": "rllib",
     "export": "rllib",
     "curves": "rllib",
+    "live": "rllib",
 }
 
 

@@ -120,7 +120,7 @@ class LiveCluster(ClusterState):
             size=unknown,
             work_sampled=unknown,
             work_true=unknown,  # nobody knows a real job's work in advance
-            ref=np.ones(n, np.int64),
+            ref=np.array([j.gpus for j in jobs], np.int64),
         )
         self._members: list[tuple[int, ...]] = [()] * n
         self._generation = np.zeros(n, np.int64)

@@ -13,6 +13,7 @@ job) and ``load:`` (a label for the results tables, default 1.0)::
         arrival: 0              # tick at which it arrives (or arrival_s: seconds)
         deadline: 10            # ticks after its arrival (or deadline_s: seconds)
         cap: 2                  # at most this many nodes at once
+        gpus: 1                 # the nodes it asks for (gang schedulers: FIFO, Tiresias)
 
 Everything is checked before anything starts; an error names the file, the job and the
 key, and what was expected.  Nothing in a job file is unpickled or executed: a trainer is
@@ -42,6 +43,7 @@ JOB_KEYS = (
     "deadline",
     "deadline_s",
     "cap",
+    "gpus",
 )
 
 
@@ -61,6 +63,7 @@ class LiveJob:
     cap: int
     seed: int = 0
     params: dict[str, Any] = field(default_factory=dict)
+    gpus: int = 1  # the reference allocation: what the job asks for
 
     def spec(self) -> dict[str, Any]:
         """What a worker needs to build the job's trainer (plain data, no objects)."""
@@ -106,10 +109,7 @@ def load_job_file(path: str | Path, tick_seconds: float, num_nodes: int) -> JobF
     if not _number(load) or load <= 0:
         raise JobFileError(f"{path}: load={load!r}: expected a positive number (a table label)")
     parsed = [
-        _job(
-            path, i, {**defaults, **job} if isinstance(job, dict) else job, tick_seconds, num_nodes
-        )
-        for i, job in enumerate(jobs)
+        _job(path, i, _merge(defaults, job), tick_seconds, num_nodes) for i, job in enumerate(jobs)
     ]
     seen: set[str] = set()
     for job in parsed:
@@ -123,6 +123,15 @@ def load_job_file(path: str | Path, tick_seconds: float, num_nodes: int) -> JobF
         load=float(load),
         digest=hashlib.sha256(raw).hexdigest(),
     )
+
+
+def _merge(defaults: dict, job: Any) -> Any:
+    """``defaults`` under ``job``; a job's time in ticks or seconds overrides both forms."""
+    if not isinstance(job, dict):
+        return job
+    given = {k.removesuffix("_s") for k in job}
+    kept = {k: v for k, v in defaults.items() if k.removesuffix("_s") not in given}
+    return {**kept, **job}
 
 
 def _number(v: Any) -> bool:
@@ -158,6 +167,9 @@ def _job(path: Path, i: int, job: Any, tick_seconds: float, num_nodes: int) -> L
     cap = job["cap"]
     if not isinstance(cap, int) or isinstance(cap, bool) or not 1 <= cap <= num_nodes:
         raise JobFileError(f"{where}: cap={cap!r}: expected an integer in [1, {num_nodes}]")
+    gpus = job.get("gpus", 1)
+    if not isinstance(gpus, int) or isinstance(gpus, bool) or not 1 <= gpus <= cap:
+        raise JobFileError(f"{where}: gpus={gpus!r}: expected an integer in [1, cap={cap}]")
     arrival = _ticks(where, job, "arrival", tick_seconds, minimum=0)
     deadline = _ticks(where, job, "deadline", tick_seconds, minimum=1)
     if arrival is None:
@@ -179,6 +191,7 @@ def _job(path: Path, i: int, job: Any, tick_seconds: float, num_nodes: int) -> L
         cap=cap,
         seed=seed,
         params=dict(params),
+        gpus=gpus,
     )
 
 

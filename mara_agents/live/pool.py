@@ -6,15 +6,14 @@ that a laptop runs ``N`` nodes whatever its cores).  Actors restart when they di
 restarted actor has lost its job's state and rebuilds it from the checkpoint on its next
 slice.
 
-:func:`start_local_ray` starts a private Ray bound to 127.0.0.1 with the dashboard off: an
-unauthenticated Ray runs anyone's code, so nothing is exposed beyond this machine.
+:func:`start_local_ray` starts a private Ray with the dashboard off and token authentication
+on: an unauthenticated Ray runs anyone's code.
 """
 
 from __future__ import annotations
 
 import os
 import sys
-import time
 from typing import Any
 
 import ray
@@ -28,13 +27,23 @@ GRACE_S = 20.0  # beyond a slice's seconds before its workers count as hung
 
 
 def start_local_ray(num_nodes: int, num_cpus: int | None = None) -> None:
-    """A private local Ray: localhost only, no dashboard, ``num_nodes`` node resources."""
+    """A private local Ray: token authentication on, no dashboard, ``num_nodes`` node
+    resources.
+
+    Ray 2.60 binds its ports to the machine's address (it turns 127.0.0.1 into a
+    reachable one), so what keeps other hosts out is its token authentication, on by
+    default since Ray 2.52+: this refuses to start a Ray with it turned off.
+    """
+    if os.environ.get("RAY_AUTH_MODE", "").lower() == "disabled":
+        raise RuntimeError(
+            "RAY_AUTH_MODE=disabled: mara live does not start a Ray that runs anyone's code; "
+            "unset RAY_AUTH_MODE (token authentication is Ray's default)"
+        )
     paths = [os.getcwd(), *[p for p in sys.path if p and os.path.isdir(p)]]
     ray.init(
         num_cpus=num_cpus or os.cpu_count() or 1,
         resources={NODE_RESOURCE: num_nodes},
         include_dashboard=False,
-        _node_ip_address="127.0.0.1",
         log_to_driver=False,
         runtime_env={"env_vars": {"PYTHONPATH": os.pathsep.join(dict.fromkeys(paths))}},
     )
@@ -146,4 +155,3 @@ class RayPool:
     def shutdown(self) -> None:
         for w in self.workers:
             ray.kill(w, no_restart=True)
-        time.sleep(0)

@@ -14,13 +14,20 @@ journal and checkpoints that ``--resume`` continues from.
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from mara_agents.evaluation.registry import SpecError, check_spec, expand_alias, is_bound_spec
+from mara_agents.evaluation.registry import (
+    SpecError,
+    check_spec,
+    expand_alias,
+    is_bound_spec,
+    spec_note,
+)
 from mara_agents.live.cluster import LiveCluster
 from mara_agents.live.jobfile import JobFile, load_job_file
 from mara_agents.live.journal import Journal, JournalError, atomic_write
@@ -85,6 +92,9 @@ def run_live(
             probes = pool.probe([j.spec() for j in jobs.jobs], seconds=min(1.0, tick_seconds / 4))
             live.resume(probes, [])
             journal.start({**settings, "jobs_file": str(jobs.path), "probes": probes})
+        note = spec_note(spec, live.config)
+        if note:
+            print(note, file=sys.stderr)
         metrics = _drive(spec, live)
         bar.close()
         pool.shutdown()

@@ -1,0 +1,16 @@
+"""A user's own trainer for the live-mode tests, imported by path (``tests.live_trainers:...``)."""
+
+from __future__ import annotations
+
+from mara_agents.live.trainers import VisionTrainer
+
+FAIL_AT = 20
+
+
+class Exploding(VisionTrainer):
+    """The built-in vision trainer, until its own code raises at step ``FAIL_AT``."""
+
+    def after_step(self) -> None:
+        super().after_step()
+        if self.steps >= FAIL_AT:
+            raise ValueError(f"loss is NaN at step {self.steps} (the job's own bug)")
