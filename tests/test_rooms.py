@@ -1,5 +1,7 @@
 """What each room of ``mara_agents`` may import: evaluation and baselines neither torch nor
-ray, the policy runtime no ray; training is the only room that brings ray.
+ray, the policy runtime no ray; training and live mode's worker pool are the only places
+that bring ray (live's trainers and workers need torch only, its job files, journal and
+cluster book-keeping neither).
 
 Each room's every module is imported in a fresh interpreter; the modules it must not load
 are then looked for in ``sys.modules`` (as ``tests/test_env.py`` guards ``mara_env``).
@@ -23,6 +25,11 @@ FORBIDDEN = {
     "mara_agents.scalars": ("torch", "ray"),
     "mara_agents.outputs": ("torch", "ray"),
     "mara_agents.policy": ("ray",),
+    "mara_agents.live.trainers": ("ray",),
+    "mara_agents.live.worker": ("ray",),
+    "mara_agents.live.jobfile": ("torch", "ray"),
+    "mara_agents.live.journal": ("torch", "ray"),
+    "mara_agents.live.cluster": ("torch", "ray"),
 }
 
 
@@ -36,7 +43,7 @@ def _modules(room: str) -> list[str]:
 
 def test_the_rooms_are_the_ones_the_docs_name() -> None:
     rooms = {m.name for m in pkgutil.iter_modules(mara_agents.__path__) if m.ispkg}
-    assert rooms == {"policy", "training", "evaluation", "baselines", "commands"}
+    assert rooms == {"policy", "training", "evaluation", "baselines", "live", "commands"}
 
 
 @pytest.mark.parametrize("room", sorted(FORBIDDEN))
