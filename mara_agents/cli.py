@@ -44,7 +44,7 @@ NEEDS: dict[str, str] = {
     "train": "rllib",
     "export": "rllib",
     "curves": "rllib",
-    "live": "rllib",
+    "live": "live",
 }
 
 

@@ -17,6 +17,7 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "predictor": ("torch", "threadpoolctl"),
     "collect": ("torch", "sklearn", "minigrid", "Box2D"),
     "rllib": ("torch", "threadpoolctl", "ray"),
+    "live": ("torch", "threadpoolctl", "ray", "sklearn"),
 }
 
 
