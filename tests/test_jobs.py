@@ -300,3 +300,13 @@ def test_envs_replay_days():
     small = dict(jobs="philly", num_nodes=8, num_slots=4, horizon=30, split="val")
     api_test(env(**small), num_cycles=200)
     parallel_api_test(parallel_env(**small), num_cycles=200)
+
+
+def test_train_takes_a_job_trace_and_names_a_bad_one(tmp_path, capsys):
+    from tests.test_train import smoke_yaml
+
+    smoke = str(smoke_yaml(tmp_path))
+    out = str(tmp_path / "runs")
+    assert main(["train", smoke, "--jobs", str(tmp_path / "nope.parquet"), "--out", out]) == 2
+    assert "jobs=" in capsys.readouterr().err
+    assert not (tmp_path / "runs").exists()

@@ -7,6 +7,7 @@ continues an interrupted run from its last checkpoint.  See docs/training.md.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -33,6 +34,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="override rllib.env_runners.num_env_runners (sampling processes)",
     )
+    parser.add_argument(
+        "--jobs",
+        default=None,
+        help="train on replayed days of a job trace instead of the YAML's workload: 'philly' "
+        "or a table from `mara jobs import` (sets env.jobs; the days of the YAML's env.split, "
+        "'train' in the shipped experiments); 'none' forces the synthetic workload",
+    )
     parser.add_argument("--verbose", type=int, default=1, help="Tune verbosity (0-3)")
     parser.add_argument(
         "--pretrain-only",
@@ -49,6 +57,9 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         exp = load_experiment(args.experiment)
+        if args.jobs is not None:
+            jobs = None if args.jobs == "none" else args.jobs
+            exp = dataclasses.replace(exp, env=exp.env.replace(jobs=jobs))
         if args.pretrain_only:
             from mara_agents.training.clone import pretrain
 
