@@ -148,13 +148,19 @@ class ClusterState:
         busy = assign >= 0
         stay = busy & (assign == self.node_task)
         n_busy, n_joins = int(busy.sum()), int(busy.sum() - stay.sum())
-        warm = np.bincount(assign[stay], minlength=n) if self.config.reassign_cost else total
+        cost = float(self.config.reassign_cost)  # share of its first tick a joining node loses
+        if cost == 0.0:
+            warm = total
+        else:
+            warm = np.bincount(assign[stay], minlength=n)
+            if cost < 1.0:  # joining nodes do part of a tick's work (float node counts)
+                warm = warm + (1.0 - cost) * (total - warm)
         self.node_ticks_used += total
         self.stats.node_ticks_busy += n_busy
         self.stats.node_ticks_total += self.config.num_nodes
         self.stats.reassignments += n_joins
-        if self.config.reassign_cost and n_joins:
-            self.warmup_used += total - warm
+        if cost > 0.0 and n_joins:
+            self.warmup_used += total - np.bincount(assign[stay], minlength=n)
             self.stats.warmup_node_ticks += n_joins
 
         progressed = self._serve(assign, total, warm)
@@ -264,7 +270,8 @@ class ClusterSim(ClusterState):
     """The simulator state of one episode; call :meth:`reset` before the first tick.
 
     Work advances by the task's true ``rate * warm**alpha`` (``warm``: nodes that served
-    it in the last tick, or all its nodes without ``reassign_cost``) and the reported
+    it in the last tick, or all its nodes without ``reassign_cost``; a fractional
+    ``reassign_cost`` lets a joining node do the rest of its first tick) and the reported
     loss is the task's trace at that work.  With ``config.throughput == "measured"``
     schedulers see ``workload.rate`` and ``workload.alpha`` estimated from the work the
     tasks gained so far, as on a live cluster, while the truth (``truth``) drives the

@@ -46,6 +46,10 @@ class ClusterConfig:
     below ``load`` are never drawn. ``cap_choices``, ``size_range`` and ``ref_nodes`` are
     then unused.
 
+    ``reassign_cost``: a node that joins a task loses its whole first tick (``True``, the
+    default), nothing (``False``), or that share of it (a number in [0, 1], e.g. a live
+    cluster's measured restore time over the tick).
+
     ``throughput``: ``"known"`` hands schedulers each task's true ``rate`` and ``alpha``;
     ``"measured"`` hands them estimates fitted to the work tasks gained so far
     (:mod:`mara_env.throughput`), what a live cluster can offer.
@@ -65,7 +69,7 @@ class ClusterConfig:
     alpha_range: tuple[float, float] = (0.6, 1.0)
     cap_choices: tuple[int, ...] = (2, 4, 8)
     ref_nodes: int = 4
-    reassign_cost: bool = True
+    reassign_cost: bool | float = True
     shaping: float = 1.0
     max_cycles: int | None = None
     strict: bool = False
@@ -125,6 +129,12 @@ class ClusterConfig:
             and 1 <= self.jobs_cap_multiple <= 64
         ):
             raise bad("jobs_cap_multiple", "a number in [1, 64] (cap = multiple x the job's GPUs)")
+        cost = self.reassign_cost
+        if not (isinstance(cost, (bool, int, float)) and 0 <= cost <= 1):
+            raise bad(
+                "reassign_cost",
+                "true, false, or the share of a tick in [0, 1] a joining node loses",
+            )
         if self.throughput not in THROUGHPUT_MODES:
             raise bad("throughput", f"one of {list(THROUGHPUT_MODES)}")
         if self.jobs is not None:

@@ -74,6 +74,18 @@ def test_without_reassign_cost_every_node_works_at_once():
     assert sim.work[0] == 2.0 and sim.stats.warmup_node_ticks == 0
 
 
+def test_a_fractional_reassign_cost_takes_that_share_of_a_joining_nodes_first_tick():
+    sim = ClusterSim(ClusterConfig(num_nodes=4, num_slots=4, reassign_cost=0.25), traces())
+    sim.reset(np.random.default_rng(0), workload=workload(deadline=[20], alpha=[0.5]))
+    sim.tick(np.array([0, 0, IDLE, IDLE]))  # two joining nodes: 1.5 nodes' work
+    assert sim.work[0] == pytest.approx(1.5**0.5) and sim.stats.warmup_node_ticks == 2
+    sim.tick(np.array([0, 0, 0, IDLE]))  # two warm, one joining: 2.75 nodes
+    assert sim.work[0] == pytest.approx(1.5**0.5 + 2.75**0.5)
+    assert sim.warmup_used[0] == 3 and sim.stats.reassignments == 3
+    with pytest.raises(ValueError, match="reassign_cost"):
+        ClusterConfig(reassign_cost=1.5)
+
+
 @pytest.mark.parametrize(("rate", "alpha"), [(1.0, 1.0), (0.7, 0.5), (1.3, 0.8)])
 @pytest.mark.parametrize("nodes", [1, 2, 3, 4])
 def test_warm_nodes_gain_rate_times_nodes_to_the_alpha(rate, alpha, nodes):

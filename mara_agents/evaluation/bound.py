@@ -112,6 +112,13 @@ class _Model:
     integrality: np.ndarray
 
 
+def whole_tick(config: ClusterConfig) -> bool:
+    """Whether the programme charges a joining node its whole first tick: only when the
+    simulator does (``reassign_cost`` true or 1); a smaller share is relaxed to none, so
+    that the figure stays an upper bound."""
+    return float(config.reassign_cost) == 1.0
+
+
 def candidates(wl: Workload, reassign_cost: bool = True) -> np.ndarray:
     """Tasks that could reach their true work alone: every tick at the cap, warm after the
     first (tasks outside this set complete under no schedule)."""
@@ -389,7 +396,7 @@ def _cache_key(
     """Digest of everything the programme reads (so a key never outlives its inputs)."""
     h = hashlib.sha256(
         repr(
-            (FORMULATION, config.num_nodes, config.reassign_cost, integral_nodes, node_limit)
+            (FORMULATION, config.num_nodes, whole_tick(config), integral_nodes, node_limit)
         ).encode()
     )
     for name in ("arrival", "deadline", "cap", "alpha", "rate", "work_true"):
@@ -433,7 +440,7 @@ def _cached_bound(
         if got["status"] == "optimal" or got["time_limit"] >= time_limit:
             return _from_json(got, len(wl))
     result = workload_bound(
-        wl, config.num_nodes, config.reassign_cost, time_limit, integral_nodes, node_limit
+        wl, config.num_nodes, whole_tick(config), time_limit, integral_nodes, node_limit
     )
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)

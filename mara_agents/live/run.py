@@ -219,8 +219,11 @@ class _Bar:
 
         self.jobs = jobs
         self.total = max(j.deadline for j in jobs.jobs)
-        self.enabled = enabled
         self._bar = None
+        if enabled:
+            from tqdm.auto import tqdm
+
+            self._bar = tqdm(total=self.total, desc="live ticks", unit="tick")
         tb_dir.mkdir(parents=True, exist_ok=True)
         self._writer = ScalarWriter(tb_dir)
 
@@ -233,10 +236,6 @@ class _Bar:
                 scalars[f"steps/{s['job']}"] = s["steps"]
         self._writer.add(summary["tick"], scalars)
         self._writer.flush()
-        if self.enabled and self._bar is None:
-            from tqdm.auto import tqdm
-
-            self._bar = tqdm(total=self.total, desc="live ticks", unit="tick")
         if self._bar is not None:
             self._bar.update(max(0, min(summary["tick"], self.total) - self._bar.n))
             self._bar.set_postfix({k: v for k, v in summary.items() if k != "tick"})
