@@ -328,11 +328,24 @@ def reproduce(
         shown,
         out / "episode_gantt.png",
     )
+    if (
+        jobs is not None
+    ):  # the first replayed test day of the table, as uniform share and MARA run it
+        day = [s for s in ("mara", "uniform") if s in schedules] or schedules[:2]
+        first = REPLAY_LOADS[0]
+        gantt(
+            replay.replace(load=first),
+            episode_seed(seeds[0], first, 0),
+            day,
+            out / "replayed" / "day_gantt.png",
+        )
     _done(t)
     parts.append(
         "Plots: `schedulers/completion_vs_load.png`, `schedulers/completion_by_family.png`, "
         "`predictor/predictor_error.png`, "
-        "`episode_gantt.png`; TensorBoard: `tensorboard --logdir "
+        "`episode_gantt.png`"
+        + (", `replayed/day_gantt.png`" if jobs is not None else "")
+        + "; TensorBoard: `tensorboard --logdir "
         f"{out / 'schedulers' / 'tb'}`.\n\nWall time: {time.perf_counter() - started:.0f} s.\n"
     )
     summary = "\n".join(parts)

@@ -127,6 +127,11 @@ def test_the_main_job_writes_every_table_on_a_small_run(tmp_path) -> None:
     assert "### Share of the room above uniform closed, towards bound" in summary
     assert "replayed days of the job trace 'philly' (test days, 16 nodes)" in summary
     out = tmp_path / "results"
-    for name in ("schedulers/results.csv", "replayed/results.csv", "episode_gantt.png"):
+    for name in (
+        "schedulers/results.csv",
+        "replayed/results.csv",
+        "episode_gantt.png",
+        "replayed/day_gantt.png",
+    ):
         assert (out / name).is_file(), name
     assert (out / "summary.md").read_text() == summary
