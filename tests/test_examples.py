@@ -58,24 +58,3 @@ def test_sb3_example_trains_and_reports_completion_rates(sb3_example, capsys):
     assert result["timesteps"] >= 256
     assert 0.0 <= result["maskable_ppo"] <= 1.0 and not math.isnan(result["edf"])
     assert "mean completion rate  MaskablePPO" in capsys.readouterr().out
-
-
-def test_torchrl_mappo_example_trains_evaluates_and_writes_curve(tmp_path):
-    pytest.importorskip("torchrl", reason="torchrl is not installed (pip install -e '.[torchrl]')")
-    import pandas as pd
-
-    example = load_example("torchrl_mappo")
-    out = tmp_path / "curve.csv"
-    # One PPO iteration (the budget is spent after it) on a tiny cluster; seed 1's first
-    # evaluation episodes hold tasks at this horizon.
-    argv = (
-        "--minutes 0.001 --nodes 4 --slots 3 --horizon 10 --frames-per-batch 64 "
-        "--minibatch 32 --epochs 1 --hidden 16 --eval-episodes 3 --eval-seed 1 "
-        f"--out {out}"
-    )
-    result = example.main(argv.split())
-    assert math.isfinite(result["mappo"]) and 0.0 <= result["mappo"] <= 1.0
-    assert math.isfinite(result["uniform"])
-    curve = pd.read_csv(out)
-    assert list(curve.columns) == ["wall_s", "frames", "episodes", "completion_rate"]
-    assert len(curve) == 1 and curve["frames"].iloc[0] == 64
