@@ -242,3 +242,43 @@ def test_a_live_job_spec_is_plain_data():
     job = LiveJob(name="a", trainer="lm", target=1.0, arrival=0, deadline=3, cap=1)
     assert json.loads(json.dumps(job.spec())) == job.spec()
     assert replace(job, seed=2).spec()["seed"] == 2
+
+
+def test_a_resumed_run_replays_its_journal_and_decides_as_the_uninterrupted_one(tmp_path):
+    traces = load_traces(split="val")
+    config = ClusterConfig(load=1.5, split="val", reassign_cost=False, horizon=30)
+
+    def run(journal, stop_at=None, resume=False):
+        wl, live = _twin(config, traces, 5)
+        live.journal = journal
+        if resume:
+            start, ticks = journal.read()
+            live.resume(start["probes"], ticks)
+            live.pool.work[:] = 0.0
+            for record in ticks:  # the pool's jobs carry on from their checkpoints
+                for k, v in record["outcomes"].items():
+                    live.pool.work[int(k)] = v["steps"]
+        elif journal is not None:
+            journal.start({"probes": live._probes})
+        live.reset()
+        sched = make_scheduler("lara")
+        sched.reset(live, np.random.default_rng(0))
+        decisions = []
+        while not live.done and (stop_at is None or live.t < stop_at):
+            assign = sched.assign(live)
+            decisions.append(assign.copy())
+            live.tick(assign)
+        return live, decisions
+
+    whole, decided = run(None)
+    journal = Journal(tmp_path)
+    run(journal, stop_at=9)  # the driver dies after tick 9
+    resumed, redecided = run(journal, resume=True)
+    assert not resumed.diverged
+    assert len(redecided) == len(decided)
+    for a, b in zip(decided, redecided):
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_allclose(resumed.workload.rate, whole.workload.rate)
+    assert resumed.metrics() == whole.metrics()
+    ticks = journal.read()[1]
+    assert [r["t"] for r in ticks] == list(range(len(decided)))

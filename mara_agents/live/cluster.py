@@ -124,7 +124,8 @@ class LiveCluster(ClusterState):
         )
         self._members: list[tuple[int, ...]] = [()] * n
         self._generation = np.zeros(n, np.int64)
-        self._broken = np.zeros(n, bool)
+        # a resumed run's workers are new: every job regroups on its first live slice
+        self._broken = np.full(n, bool(self._replay))
         self._lost_streak = np.zeros(n, np.int64)
         self._state: list[bytes | None] = [None] * n
         self._state_path: list[str | None] = [None] * n
@@ -166,6 +167,7 @@ class LiveCluster(ClusterState):
             record = self._replay.pop(0)
             outcomes = {int(k): v for k, v in record["outcomes"].items()}
             for k, v in outcomes.items():
+                self._members[k] = tuple(np.flatnonzero(assign == k).tolist())
                 if v.get("checkpoint"):
                     self._state_path[k] = v["checkpoint"]
                     self._state[k] = None  # read from the checkpoint store when needed

@@ -97,6 +97,15 @@ class NodeWorker:
         t0 = time.perf_counter()
         key = (spec["name"], generation)
         try:
+            if self._key != key and world > 1 and rendezvous is None:
+                # restarted since its group formed: the group cannot be joined again
+                self._release()
+                return {
+                    "rank": rank,
+                    "error": "worker restarted since the job's process group formed",
+                    "traceback": "",
+                    "communication": True,
+                }
             if self._key != key:
                 self._release()
                 trainer = make_trainer(spec["trainer"], spec["params"], spec["seed"])
