@@ -6,17 +6,32 @@ How to run::
 
 Trains ``experiments/mara_node.yaml`` (node view: one RLlib step per node decision,
 through RLlib's ``PettingZooEnv``) and ``experiments/mara.yaml`` (round view: one step per
-decision round of all 16 nodes; its env runners and PPO settings) through
+decision round of all 16 nodes; its env runners, loads and PPO settings) through
 :func:`mara_agents.training.train.train` — what ``mara train`` runs: env runner sampling plus PPO
 updates — for ``--seconds`` of training time each, without behaviour cloning or
-checkpoints, 16 nodes, 32 slots, load 1.0, with the chosen wrapper.  The figure is
-node decisions per second of training time divided by the agent-steps/s of the bare AEC
-env driven by uniformly random valid actions, same config, timed before and after the
-trainings (their mean).  The timers RLlib reports for the last iteration say where the
-time goes.
+checkpoints, 16 nodes, 32 slots, with the chosen wrapper.  The round view's env runners
+step their envs as one :class:`~mara_agents.training.rllib_env.RoundVectorEnv`
+(:data:`~mara_agents.training.rllib_env.VECTOR_MODE`): one predictor call per step of all
+its envs (``--one-by-one``: RLlib's default vector env, one call per env).
+
+**What is counted.** CPU time, not wall time: on a machine that other jobs share, wall
+time measures them as much as the training.  The training's CPU time is that of every
+process it runs (this driver, Ray's processes, the algorithm with its learner, the env
+runners; read from ``/proc``), taken at the end of each iteration; an iteration's
+throughput is its node decisions per CPU second, times the CPUs the training may use
+(Ray's, here all of the machine's): the node decisions per second of wall time the
+training would reach on a machine of its own if it kept every core busy (it does not:
+the PPO update runs on one core while the env runners wait).  The bare env is the
+unwrapped AEC env of the same config driven by uniformly random valid actions, its
+agent-steps per CPU second timed in turns before, between and after the trainings.  The
+printed ratio is the median over the iterations (the first left out: it builds the envs
+and modules) of an iteration's throughput over the median bare-env turn, with the range
+of the middle half of the iterations, the wall-time figure beside it, and how busy the
+cores were.  RLlib's timers of the last iteration, and the CPU time of each kind of
+process per iteration, say where the time goes.
 
 The last line printed is ``training/bare-env ratio: R`` for the round view.
-Results to expect: see docs/training.md ("Round-level training").
+Results to expect: see docs/training.md ("Round-level training", "Throughput").
 """
 
 from __future__ import annotations
@@ -24,7 +39,9 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -33,17 +50,20 @@ import numpy as np
 
 from flow_predictor.wrapper import make_wrapped_env
 from mara_agents.training.experiment import Experiment, load_experiment
+from mara_agents.training.rllib_env import VECTOR_MODE
 
 ROOT = Path(__file__).parents[1]
+TICKS = os.sysconf("SC_CLK_TCK")
 
 
-def env_rate(exp: Experiment, seconds: float) -> float:
-    """Agent steps per second of the bare AEC env with uniformly random valid actions."""
-    env = make_wrapped_env(exp.env_config())
+def env_rate(exp: Experiment, seconds: float) -> tuple[float, float]:
+    """Agent steps per CPU second and per wall second of the bare AEC env with uniformly
+    random valid actions, for ``seconds`` of CPU time."""
+    env = make_wrapped_env({**exp.env_config(), "wrapper": "none"})
     rng = np.random.default_rng(0)
     done, episode = 0, 0
-    t0 = time.perf_counter()
-    while time.perf_counter() - t0 < seconds:
+    t0, w0 = time.process_time(), time.perf_counter()
+    while time.process_time() - t0 < seconds:
         env.reset(seed=episode)
         episode += 1
         for _ in env.agent_iter():
@@ -51,12 +71,16 @@ def env_rate(exp: Experiment, seconds: float) -> float:
             valid = np.flatnonzero(obs["action_mask"])
             env.step(None if term or trunc else int(rng.choice(valid)))
             done += 1
-    return done / (time.perf_counter() - t0)
+    return done / (time.process_time() - t0), done / (time.perf_counter() - w0)
 
 
-def experiment(path: str, wrapper: str, seconds: float) -> Experiment:
-    """The experiment file with the benchmark's settings: from scratch, timed, no checkpoints."""
+def experiment(path: str, wrapper: str, seconds: float, together: bool = True) -> Experiment:
+    """The experiment file with the benchmark's settings: from scratch, timed, no checkpoints
+    (``together``: the round view's env runners step their envs as one vector env)."""
     exp = load_experiment(ROOT / "experiments" / path)
+    rllib = dict(exp.rllib)
+    if exp.view == "round" and together:
+        rllib["env_runners"] = {**rllib.get("env_runners", {}), **VECTOR_MODE}
     return dataclasses.replace(
         exp,
         name=f"bench_{exp.name}",
@@ -65,19 +89,171 @@ def experiment(path: str, wrapper: str, seconds: float) -> Experiment:
         pretrain=dataclasses.replace(exp.pretrain, episodes=0, init_weights=""),
         stop={"time_total_s": seconds},
         checkpoint=dataclasses.replace(exp.checkpoint, frequency=0, at_end=False),
+        rllib=rllib,
     )
 
 
-def train_rate(exp: Experiment, out: Path) -> tuple[float, dict[str, Any]]:
-    """Node decisions per second of training time of one run, and its last result."""
+# What each process of a training run is, by the start of its command line (Ray names its
+# workers after what they run); the others are this driver and Ray's own processes.
+ROLES = {
+    "ray::PPO": "algorithm and learner",
+    "ray::SingleAgentEnvRunner": "env runners",
+    "ray::MultiAgentEnvRunner": "env runners",
+}
+
+
+class TreeClock:
+    """CPU seconds used so far by this process and each of its descendants (``/proc``),
+    sampled every ``interval`` seconds in a background thread; a process that ended keeps
+    what it had used at its last sample."""
+
+    def __init__(self, interval: float = 0.1, discover_every: int = 10) -> None:
+        self.interval, self.discover_every = interval, discover_every
+        self.walls: list[float] = []
+        self.used: list[dict[int, float]] = []  # per sample: pid -> CPU seconds so far
+        self.names: dict[int, str] = {}  # pid -> command line (as last read)
+        self._tree: list[int] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    @staticmethod
+    def _read(path: str) -> str | None:
+        try:
+            with open(path) as f:
+                return f.read()
+        except OSError:  # the process is gone
+            return None
+
+    def _discover(self) -> None:
+        """The processes of the tree now, and their command lines."""
+        children: dict[int, list[int]] = {}
+        for entry in os.scandir("/proc"):
+            stat = self._read(f"/proc/{entry.name}/stat") if entry.name.isdigit() else None
+            if stat is not None:
+                parent = int(stat.rsplit(")", 1)[1].split()[1])
+                children.setdefault(parent, []).append(int(entry.name))
+        tree, todo = [], [os.getpid()]
+        while todo:
+            tree.append(todo.pop())
+            todo += children.get(tree[-1], [])
+            line = self._read(f"/proc/{tree[-1]}/cmdline")
+            if line:
+                self.names[tree[-1]] = line.replace("\0", " ").strip()
+        self._tree = tree
+
+    def sample(self) -> None:
+        """Record the tree's CPU seconds now."""
+        if len(self.walls) % self.discover_every == 0:
+            self._discover()
+        used = dict(self.used[-1]) if self.used else {}
+        for pid in self._tree:
+            stat = self._read(f"/proc/{pid}/stat")
+            if stat is not None:
+                fields = stat.rsplit(")", 1)[1].split()
+                used[pid] = max(used.get(pid, 0.0), (int(fields[11]) + int(fields[12])) / TICKS)
+        self.walls.append(time.time())
+        self.used.append(used)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.sample()
+
+    def __enter__(self) -> TreeClock:
+        self.sample()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.sample()
+
+    def role(self, pid: int) -> str:
+        """What the process is (:data:`ROLES`, the driver, or one of Ray's own)."""
+        if pid == os.getpid():
+            return "driver"
+        name = self.names.get(pid, "")
+        return next((r for start, r in ROLES.items() if name.startswith(start)), "Ray")
+
+    def at(self, wall: np.ndarray) -> dict[str, np.ndarray]:
+        """CPU seconds the processes of each role had used at each wall time (linear
+        between samples), and ``"all"`` of them."""
+        pids = sorted({p for used in self.used for p in used})
+        cpu = np.array([[used.get(p, 0.0) for p in pids] for used in self.used])
+        out = {"all": np.zeros(len(wall))}
+        for j, pid in enumerate(pids):
+            column = np.interp(wall, self.walls, cpu[:, j])
+            out[self.role(pid)] = out.get(self.role(pid), 0.0) + column
+            out["all"] = out["all"] + column
+        return out
+
+
+def iteration_ends(results: list[dict[str, Any]]) -> np.ndarray:
+    """Wall time at which each iteration's result was made: the iterations' wall durations
+    (``mara/node_decisions`` over ``mara/node_decisions_per_s``, the trainable's clock from
+    one result to the next), summed from a start that the whole-second ``timestamp`` of
+    every result bounds from below."""
+    decisions = np.array([r["mara"]["node_decisions"] for r in results])
+    rate = np.array([r["mara"]["node_decisions_per_s"] for r in results])
+    since_start = np.cumsum(np.diff(decisions, prepend=0.0) / rate)
+    start = max(r["timestamp"] - t for r, t in zip(results, since_start))
+    return start + since_start
+
+
+def train_run(exp: Experiment, out: Path) -> tuple[list[dict[str, Any]], dict[str, np.ndarray]]:
+    """One training run: each iteration's result, with ``bench_wall``, the wall time at which
+    it was made, and by role the CPU seconds the run's processes had used by then."""
     from mara_agents.training.train import train
 
-    grid = train(exp, out=out, verbose=0)
+    with TreeClock() as clock:
+        grid = train(exp, out=out, verbose=0)
     if grid[0].error:
         raise RuntimeError(f"{exp.name}: training failed: {grid[0].error}")
-    lines = (Path(grid[0].path) / "result.json").read_text().splitlines()
-    last = json.loads(lines[-1])
-    return last["mara"]["node_decisions"] / last["time_total_s"], last
+    results = [json.loads(line) for line in (Path(grid[0].path) / "result.json").open()]
+    wall = iteration_ends(results)
+    for r, w in zip(results, wall):
+        r["bench_wall"] = float(w)
+    return results, clock.at(wall)
+
+
+@dataclasses.dataclass(frozen=True)
+class Throughput:
+    """Node decisions per second of one training run, per iteration and over all of them
+    (iterations 2 … last)."""
+
+    per_iteration: np.ndarray  # CPU-based
+    cpu_rate: float  # all those iterations together, CPU-based
+    wall_rate: float  # the same by wall time
+    busy: float  # CPU seconds per wall second per CPU
+    cpu_per_iteration: dict[str, float]  # mean CPU seconds of an iteration, by role
+    decisions: float
+    seconds: float
+
+
+def throughput(results: list[dict[str, Any]], cpu: dict[str, np.ndarray], cpus: int) -> Throughput:
+    """Node decisions per (CPU seconds / ``cpus``) of each iteration after the first."""
+    if len(results) < 2:
+        raise RuntimeError("one iteration only: raise --seconds so that a second one runs")
+    decisions = np.diff([r["mara"]["node_decisions"] for r in results])
+    used = {role: np.diff(c) for role, c in cpu.items()}
+    wall = np.diff([r["bench_wall"] for r in results])
+    return Throughput(
+        per_iteration=decisions / (used["all"] / cpus),
+        cpu_rate=decisions.sum() / (used["all"].sum() / cpus),
+        wall_rate=decisions.sum() / wall.sum(),
+        busy=used["all"].sum() / wall.sum() / cpus,
+        cpu_per_iteration={role: float(u.mean()) for role, u in used.items()},
+        decisions=decisions.sum(),
+        seconds=wall.sum(),
+    )
+
+
+def cpu_line(tp: Throughput) -> str:
+    """Where an iteration's CPU time goes, by role."""
+    split = dict(tp.cpu_per_iteration)
+    total = split.pop("all")
+    parts = ", ".join(f"{role} {split[role]:.2f} s" for role in sorted(split, key=split.get)[::-1])
+    return f"    CPU per iteration {total:.2f} s: {parts}"
 
 
 def where_time_goes(result: dict[str, Any], num_envs: int) -> str:
@@ -97,10 +273,21 @@ def where_time_goes(result: dict[str, Any], num_envs: int) -> str:
     )
 
 
+def spread_line(label: str, tp: Throughput, bare: float, bare_wall: float) -> str:
+    """The middle half of the iterations' ratios, the pooled and the wall-time ratio."""
+    lo, hi = np.percentile(tp.per_iteration / bare, [25, 75])
+    return (
+        f"{label}: iterations {lo:.3f}-{hi:.3f} (middle half), all together "
+        f"{tp.cpu_rate / bare:.3f}; by wall time {tp.wall_rate / bare_wall:.3f}"
+    )
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--seconds", type=float, default=120.0, help="training time of each path")
-    p.add_argument("--env-seconds", type=float, default=15.0, help="bare-env timing, each time")
+    p.add_argument(
+        "--env-seconds", type=float, default=10.0, help="bare-env timing (CPU seconds), each turn"
+    )
     p.add_argument("--wrapper", default="none", help="none | flow | wls (headline: none)")
     p.add_argument(
         "--views",
@@ -108,51 +295,73 @@ def main() -> None:
         help="training paths to time, comma-separated: node, round (default both; the "
         "ratios that need a path left out are not printed)",
     )
+    p.add_argument(
+        "--one-by-one",
+        action="store_true",
+        help="step each round-view env runner's envs one by one (RLlib's default vector "
+        "env: a predictor call per env) instead of together",
+    )
     args = p.parse_args()
     views = [v.strip() for v in args.views.split(",") if v.strip()]
     if not views or set(views) - {"node", "round"}:
         p.error(f"--views {args.views!r}: expected node, round or node,round")
     if args.seconds <= 0 or args.env_seconds <= 0:
         p.error("--seconds and --env-seconds: expected positive numbers")
+    if not os.path.isdir("/proc"):
+        p.error("the training's CPU time is read from /proc: Linux only")
     import ray
 
     node = experiment("mara_node.yaml", args.wrapper, args.seconds)
-    rounds = experiment("mara.yaml", args.wrapper, args.seconds)
-    n = node.env.num_nodes
+    rounds = experiment("mara.yaml", args.wrapper, args.seconds, not args.one_by_one)
+    n, cpus = node.env.num_nodes, os.cpu_count() or 1
+    loads = ", ".join(f"{x:g}" for x in rounds.train_loads or [rounds.env.load])
     print(
-        f"config: {n} nodes, {node.env.num_slots} slots, load {node.env.load}, "
-        f"wrapper {args.wrapper}, {args.seconds:.0f} s of PPO per path",
+        f"config: {n} nodes, {node.env.num_slots} slots, wrapper {args.wrapper}, "
+        f"{args.seconds:.0f} s of PPO per path (node view at load {node.env.load:g}, round "
+        f"view at loads {loads}, envs stepped {'one by one' if args.one_by_one else 'together'}), "
+        f"{cpus} CPUs",
         flush=True,
     )
-    before = env_rate(node, args.env_seconds)
-    print(f"bare env (random valid actions), before: {before:,.0f} agent-steps/s", flush=True)
-    rates = {}
+    bare = [env_rate(node, args.env_seconds)]
+    print(f"bare env (random valid actions): {bare[-1][0]:,.0f} agent-steps per CPU s", flush=True)
+    rates: dict[str, Throughput] = {}
     try:
         with tempfile.TemporaryDirectory() as out:
             for label, exp in (("node", node), ("round", rounds)):
                 if label not in views:
                     continue
-                rate, last = train_rate(exp, Path(out))
-                rates[label] = rate
-                envs = exp.rllib["env_runners"]["num_envs_per_env_runner"]
+                results, cpu = train_run(exp, Path(out))
+                tp = rates[label] = throughput(results, cpu, cpus)
                 print(
-                    f"{label} view: {rate:,.0f} node decisions/s end to end "
-                    f"({last['mara']['node_decisions']:,.0f} in {last['time_total_s']:.0f} s, "
-                    f"{last['training_iteration']} iterations)",
+                    f"{label} view: {tp.cpu_rate:,.0f} node decisions/s on {cpus} busy CPUs "
+                    f"({tp.wall_rate:,.0f} per wall s, the CPUs {tp.busy:.0%} busy; "
+                    f"{tp.decisions:,.0f} in {tp.seconds:.0f} s after the first of "
+                    f"{len(results)} iterations)",
                     flush=True,
                 )
-                print(where_time_goes(last, envs), flush=True)
+                envs = exp.rllib["env_runners"]["num_envs_per_env_runner"]
+                print(where_time_goes(results[-1], envs), flush=True)
+                print(cpu_line(tp), flush=True)
+                bare.append(env_rate(node, args.env_seconds))
+                print(f"bare env: {bare[-1][0]:,.0f} agent-steps per CPU s", flush=True)
     finally:
         ray.shutdown()
-    after = env_rate(node, args.env_seconds)
-    bare = (before + after) / 2
-    print(f"bare env (random valid actions), after: {after:,.0f} agent-steps/s; mean {bare:,.0f}")
+    cpu_rates, wall_rates = np.array(bare).T
+    env, env_wall = float(np.median(cpu_rates)), float(np.median(wall_rates))
+    print(
+        f"bare env: median {env:,.0f} agent-steps per CPU s over {len(bare)} turns "
+        f"({cpu_rates.min():,.0f}-{cpu_rates.max():,.0f}; per wall s {env_wall:,.0f})"
+    )
     if "node" in rates:
-        print(f"node view training/bare-env ratio: {rates['node'] / bare:.3f}")
+        print(spread_line("node view", rates["node"], env, env_wall))
+        print(
+            f"node view training/bare-env ratio: {np.median(rates['node'].per_iteration) / env:.3f}"
+        )
     if len(rates) == 2:
-        print(f"round view / node view: {rates['round'] / rates['node']:.1f}x")
+        print(f"round view / node view: {rates['round'].cpu_rate / rates['node'].cpu_rate:.1f}x")
     if "round" in rates:
-        print(f"training/bare-env ratio: {rates['round'] / bare:.3f}")
+        print(spread_line("round view", rates["round"], env, env_wall))
+        print(f"training/bare-env ratio: {np.median(rates['round'].per_iteration) / env:.3f}")
 
 
 if __name__ == "__main__":

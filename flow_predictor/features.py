@@ -21,13 +21,14 @@ from __future__ import annotations
 import functools
 from collections.abc import Sequence
 
+import numba
 import numpy as np
 
 from flow_predictor.remaining import LOSS_FLOOR, MIN_RATIO
 
 COND_GRID = np.linspace(-4.0, 0.0, 24)
 FUTURE_RATIOS = np.geomspace(MIN_RATIO, 24.0, 32)
-_LOG_RATIOS = np.log(FUTURE_RATIOS)
+LOG_RATIOS = np.log(FUTURE_RATIOS)
 STAT_NAMES = (
     "ref_log_loss",  # lowest log-loss so far / 5
     "last_minus_ref",  # latest raw log-loss above the minimum (noise / plateau)
@@ -43,132 +44,173 @@ STAT_NAMES = (
     "min_age",  # log(w_c / w_argmin): how long since the last improvement
 )
 COND_DIM = 2 * len(COND_GRID) + len(STAT_NAMES)
-# Columns of a condition vector: the running-minimum curve, the moving-average curve, the stats.
-COND_MIN = slice(0, len(COND_GRID))
-COND_AVERAGE = slice(len(COND_GRID), 2 * len(COND_GRID))
-COND_STATS = slice(2 * len(COND_GRID), COND_DIM)
+# Columns of a condition vector: the running-minimum curve from 0, the moving-average curve
+# from _AVERAGE_AT, then the stats (each at its _STAT column).
+_AVERAGE_AT = len(COND_GRID)
 TARGET_DIM = len(FUTURE_RATIOS)
 CLIP = 10.0
 RECENT_DISCOUNT = 0.8  # per-report discount of the slope_recent feature (fixed: part of the model)
 
 
-def nan_clip(x: np.ndarray, lo: float, hi: float, nan: float = 0.0) -> np.ndarray:
-    """``x`` with NaN replaced by ``nan`` and everything (infinities too) clipped to
-    ``[lo, hi]``: ``np.clip(np.nan_to_num(x, nan=nan), lo, hi)`` in two or three array
-    operations instead of about ten (this runs on every scheduler tick)."""
-    # np.fmax / np.fmin take the number over NaN; np.clip costs twice np.maximum + np.minimum.
-    if nan == lo:
-        return np.fmin(np.fmax(x, lo), hi)
-    if nan == hi:
-        return np.fmax(np.fmin(x, hi), lo)
-    return np.minimum(np.maximum(np.where(np.isnan(x), nan, x), lo), hi)
-
-
-def _weighted_slope(x: np.ndarray, y: np.ndarray, wt: np.ndarray) -> np.ndarray:
-    """Row-wise weighted least-squares exponent ``b`` of ``y = c - b x`` (0 if degenerate).
-
-    ``wt`` may stack several weightings along leading axes (one slope per weighting).
-    """
-    tot = np.maximum(wt.sum(axis=-1, keepdims=True), 1e-12)
-    dx = x - (wt * x).sum(axis=-1, keepdims=True) / tot
-    wdx = wt * dx
-    sxx = (wdx * dx).sum(axis=-1)
-    sxy = (wdx * y).sum(axis=-1)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(sxx > 1e-12, -sxy / sxx, 0.0)
-
-
-def _interp_rows(grid: np.ndarray, u: np.ndarray, curves: Sequence[np.ndarray]) -> list[np.ndarray]:
-    """Row-wise ``np.interp(grid, u[i], v[i])`` of each ``v`` in ``curves`` (contiguous, shaped
-    as ``u``) for non-decreasing rows ``u``; the brackets are found once for all of them."""
-    t, w = u.shape
-    if w == 1:
-        return [np.repeat(v, len(grid), axis=-1) for v in curves]
-    idx = (u[:, None, :] <= grid[None, :, None]).sum(axis=2) - 1
-    # Flat indices into the rows: far cheaper than take_along_axis on these tiny arrays.
-    j = np.clip(idx, 0, w - 2)
-    j += np.arange(0, t * w, w)[:, None]
-    flat = u.ravel()
-    u0, u1 = flat[j], flat[j + 1]
-    with np.errstate(invalid="ignore", divide="ignore"):
-        f = nan_clip((grid[None, :] - u0) / (u1 - u0), 0.0, 1.0)
-    out = []
-    for v in curves:
-        flat = v.ravel()
-        v0 = flat[j]
-        out.append(v0 + f * (flat[j + 1] - v0))
-    return out
-
-
 @functools.lru_cache(maxsize=64)
 def _recent_weights(w: int) -> np.ndarray:
-    """``RECENT_DISCOUNT ** age`` of the ``w`` columns of a right-aligned prefix."""
-    return RECENT_DISCOUNT ** (w - 1 - np.arange(w))
+    """``RECENT_DISCOUNT ** age`` for ages ``0 … w - 1`` (the slope_recent weights)."""
+    return RECENT_DISCOUNT ** np.arange(w)
 
 
-def prefix_features(
-    works: Sequence[np.ndarray], losses: Sequence[np.ndarray], chunk: int = 1024
-) -> np.ndarray:
-    """(n_tasks, COND_DIM) condition vectors; every prefix needs at least two reports."""
-    if len(works) > chunk:
-        parts = [
-            prefix_features(works[i : i + chunk], losses[i : i + chunk], chunk)
-            for i in range(0, len(works), chunk)
-        ]
-        return np.concatenate(parts)
+_STAT = {name: 2 * len(COND_GRID) + i for i, name in enumerate(STAT_NAMES)}
+_S_REF, _S_LAST, _S_FIRST, _S_REPORTS = (
+    _STAT[k] for k in ("ref_log_loss", "last_minus_ref", "first_minus_ref", "log_reports")
+)
+_S_COVERAGE, _S_INTERVAL, _S_WORK = (_STAT[k] for k in ("coverage", "log_interval", "log_work"))
+_S_ALL, _S_RECENT, _S_HALF = (_STAT[k] for k in ("slope_all", "slope_recent", "slope_last_half"))
+_S_NOISE, _S_AGE = _STAT["noise"], _STAT["min_age"]
+_LN10, _HALF_WORK = float(np.log(10.0)), float(-np.log(2.0))
+NOISE_REPORTS = 20  # the noise statistic looks at this many latest reports
+
+
+@numba.njit(cache=True, error_model="numpy")
+def _moving_average(y: np.ndarray, p: int) -> float:
+    """5-point moving average of ``y`` at position ``p``, edge-filled (``p`` may lie left of 0)."""
+    last = len(y) - 1
+    total = y[min(max(p - 2, 0), last)]
+    for q in range(p - 1, p + 3):
+        total += y[min(max(q, 0), last)]
+    return total / 5.0
+
+
+@numba.njit(cache=True, error_model="numpy")
+def _slope(x: np.ndarray, y: np.ndarray, wt: np.ndarray) -> float:
+    """Weighted least-squares exponent ``b`` of ``y = c - b x`` (0 if degenerate)."""
+    tot = max(np.sum(wt), 1e-12)
+    xm = np.sum(wt * x) / tot
+    wdx = wt * (x - xm)
+    sxx = np.sum(wdx * (x - xm))
+    return -np.sum(wdx * y) / sxx if sxx > 1e-12 else 0.0
+
+
+@numba.njit(cache=True, error_model="numpy")
+def _condition_rows(
+    log_work: np.ndarray,
+    log_loss: np.ndarray,
+    start: np.ndarray,
+    count: np.ndarray,
+    pad: np.ndarray,
+    log_reports: np.ndarray,
+    recent: np.ndarray,
+    grid: np.ndarray,
+    out: np.ndarray,
+    lowest: np.ndarray,
+) -> None:
+    """Condition vector of each prefix (its reports ``start[i] : start[i] + count[i]`` of the
+    flat logs) into ``out`` (clipped to +-CLIP, NaN as 0), its lowest log-loss into
+    ``lowest``.
+
+    ``pad[i]``: the columns by which the prefix is right-aligned in its batch.  Grid points
+    left of a prefix's first report read the batch's left-most column, and there the moving
+    average is taken over that much edge fill (:func:`prefix_conditions` says why).
+    """
+    g = len(grid)
+    row = np.empty(out.shape[1])
+    for i in range(len(count)):
+        n, left = count[i], pad[i]
+        x = log_work[start[i] : start[i] + n]
+        y = log_loss[start[i] : start[i] + n]
+        u = x - x[n - 1]
+        cm = y.copy()
+        for p in range(1, n):
+            cm[p] = min(cm[p - 1], y[p])
+        ref = lowest[i] = cm[n - 1]
+        width = n + left
+        for k in range(g):
+            # np.interp on the batch's right-aligned row: positions < 0 are its edge fill
+            if width == 1:
+                row[k], row[_AVERAGE_AT + k] = cm[0], _moving_average(y, 0)
+                continue
+            below = left if u[0] <= grid[k] else 0
+            for p in range(n):
+                below += u[p] <= grid[k]
+            j = min(max(below - 1, 0), width - 2) - left
+            a, b = max(j, 0), max(j + 1, 0)
+            f = (grid[k] - u[a]) / (u[b] - u[a])
+            f = 0.0 if f != f else min(max(f, 0.0), 1.0)
+            row[k] = cm[a] + f * (cm[b] - cm[a])
+            ma0, ma1 = _moving_average(y, j), _moving_average(y, j + 1)
+            row[_AVERAGE_AT + k] = ma0 + f * (ma1 - ma0)
+        row[: _AVERAGE_AT + g] -= ref
+        s1 = s2 = 0.0
+        for p in range(max(n - NOISE_REPORTS, 0), n):
+            r = y[p] - _moving_average(y, p)
+            s1 += r
+            s2 += r * r
+        cnt = float(min(n, NOISE_REPORTS))
+        row[_S_NOISE] = np.sqrt(max(s2 / cnt - (s1 / cnt) ** 2, 0.0))
+        row[_S_REF] = ref / 5.0
+        row[_S_LAST] = y[n - 1] - ref
+        row[_S_FIRST] = y[0] - ref
+        row[_S_REPORTS] = log_reports[i]
+        row[_S_COVERAGE] = -u[0] / 4.0
+        row[_S_INTERVAL] = -u[max(n - 2, 0)] if width > 1 else 0.0
+        row[_S_WORK] = x[n - 1] / _LN10 / 5.0
+        row[_S_ALL] = _slope(x, y, np.ones(n))
+        row[_S_RECENT] = _slope(x, y, recent[:n][::-1].copy())
+        row[_S_HALF] = _slope(x, y, (u >= _HALF_WORK) * 1.0)
+        # the first report reached the lowest loss: an argmin in the edge fill reads the same
+        row[_S_AGE] = -u[np.argmin(y)]
+        for c in range(len(row)):
+            v = row[c]
+            out[i, c] = 0.0 if v != v else min(max(v, -CLIP), CLIP)
+
+
+def prefix_conditions(
+    works: Sequence[np.ndarray],
+    losses: Sequence[np.ndarray],
+    chunk: int | Sequence[int] = 1024,
+) -> tuple[np.ndarray, np.ndarray]:
+    """(n_tasks, COND_DIM) condition vectors and (n_tasks,) ``ref`` (lowest log-loss so far)
+    of prefixes of at least two reports.
+
+    Prefixes are featurised in chunks (``chunk``: the size of every chunk, or the sizes of
+    consecutive chunks), each right-aligned on its longest prefix.  A grid point left of a
+    prefix's first report reads the moving average over the edge fill of that alignment, so
+    that one curve depends on how much shorter the prefix is than its chunk's longest (0, 1,
+    or more reports): the shipped model was trained so.
+    """
     n = np.array([len(v) for v in works], np.int64)
     if len(works) != len(losses) or any(len(v) != len(lo) for v, lo in zip(works, losses)):
         raise ValueError("works and losses must be sequences of equally long arrays")
-    t = len(n)
-    if not t:
-        return np.zeros((0, COND_DIM), np.float32)
-    w = int(n.max())
-    first = w - n
-    # Right-aligned rows, edge-filled on the left with each task's first report (the curves
-    # stay flat there), plus two more columns of edge fill either side for the moving
-    # average: one gather from all tasks' reports, logged in one call.
-    at = np.clip(np.arange(-2, w + 2)[None, :] - first[:, None], 0, (n - 1)[:, None])
-    at += (np.cumsum(n) - n)[:, None]
-    x = np.log(np.maximum(np.concatenate(works, dtype=np.float64), 1e-12))[at[:, 2:-2]]
-    padded = np.log(np.maximum(np.concatenate(losses, dtype=np.float64), LOSS_FLOOR))[at]
-    y = padded[:, 2:-2]
-    u = x - x[:, -1:]
-    cm = np.minimum.accumulate(y, axis=1)
-    ref = cm[:, -1]
-    ma = padded[:, :w] + padded[:, 1 : w + 1]
-    for i in range(2, 5):
-        ma += padded[:, i : i + w]
-    ma /= 5.0
-    out = np.empty((t, COND_DIM))
-    out[:, COND_MIN], out[:, COND_AVERAGE] = _interp_rows(COND_GRID, u, (cm, ma))
-    out[:, : 2 * len(COND_GRID)] -= ref[:, None]
-    age = w - 1 - np.arange(w)
-    vf = (age[None, :] < n[:, None]).astype(np.float64)  # the valid (unpadded) columns
-    tail = vf * (age < 20)
-    resid = (y - ma) * tail
-    cnt = np.maximum(tail.sum(axis=1), 1.0)
-    noise = np.sqrt(np.maximum((resid**2).sum(1) / cnt - (resid.sum(1) / cnt) ** 2, 0.0))
-    # The padding repeats the first report's work and loss: an argmin landing there reads
-    # the same age as the first report itself.
-    argmin = np.argmin(y, axis=1)
-    weights = np.stack([vf, vf * _recent_weights(w), vf * (u >= -np.log(2.0))])
-    slope_all, slope_recent, slope_last_half = _weighted_slope(x, y, weights)
-    stats = {
-        "ref_log_loss": ref / 5.0,
-        "last_minus_ref": y[:, -1] - ref,
-        "first_minus_ref": y[:, 0] - ref,
-        "log_reports": np.log(np.maximum(n, 1)) / 5.0,
-        "coverage": -u[:, 0] / 4.0,
-        "log_interval": -u[:, -2] if w > 1 else np.zeros(t),
-        "log_work": x[:, -1] / np.log(10.0) / 5.0,
-        "slope_all": slope_all,
-        "slope_recent": slope_recent,
-        "slope_last_half": slope_last_half,
-        "noise": noise,
-        "min_age": -u[np.arange(t), argmin],
-    }
-    out[:, COND_STATS] = np.stack([stats[name] for name in STAT_NAMES], axis=1)
-    return nan_clip(out, -CLIP, CLIP).astype(np.float32)
+    out, ref = np.empty((len(n), COND_DIM), np.float32), np.empty(len(n))
+    if not len(n):
+        return out, ref
+    if isinstance(chunk, int):
+        starts = list(range(0, len(n), chunk))
+        ends = starts[1:] + [len(n)]
+    else:
+        ends = np.cumsum(chunk).tolist()
+        starts = [0, *ends[:-1]]
+        if ends[-1] != len(n) or min(chunk) < 1:
+            raise ValueError(f"chunk sizes {list(chunk)} do not split {len(n)} prefixes")
+    pad = np.concatenate([n[a:b].max() - n[a:b] for a, b in zip(starts, ends)])
+    _condition_rows(
+        np.log(np.maximum(np.concatenate(works, dtype=np.float64), 1e-12)),
+        np.log(np.maximum(np.concatenate(losses, dtype=np.float64), LOSS_FLOOR)),
+        np.cumsum(n) - n,
+        n,
+        pad,
+        np.log(np.maximum(n, 1)) / 5.0,
+        _recent_weights(int(n.max())),
+        COND_GRID,
+        out,
+        ref,
+    )
+    return out, ref
+
+
+def prefix_features(
+    works: Sequence[np.ndarray], losses: Sequence[np.ndarray], chunk: int | Sequence[int] = 1024
+) -> np.ndarray:
+    """(n_tasks, COND_DIM) condition vectors (:func:`prefix_conditions`)."""
+    return prefix_conditions(works, losses, chunk)[0]
 
 
 def future_targets(
@@ -204,25 +246,47 @@ def decode_target(d: np.ndarray) -> np.ndarray:
     return np.cumsum(np.minimum(d, 0.0), axis=-1)
 
 
+@numba.njit(cache=True, error_model="numpy")
+def crossing_row(traj: np.ndarray, delta: float) -> float:
+    """Remaining-work ratio at which one trajectory (on FUTURE_RATIOS) first drops to
+    ``<= delta``, interpolated linearly in log ratio; ``inf`` if not within the grid (or
+    if the trajectory holds a NaN)."""
+    lowest = np.inf
+    for v in traj:
+        if v != v:
+            return np.inf
+        lowest = min(lowest, v)
+    if not lowest <= delta:
+        return np.inf
+    z0 = z1 = traj[0]
+    h = 0
+    while z1 > delta:  # the running minimum's first step at or below delta
+        h += 1
+        z0, z1 = z1, min(z1, traj[h])
+    if h == 0:
+        return np.exp(LOG_RATIOS[0])
+    frac = (z0 - delta) / (z0 - z1)
+    frac = 1.0 if frac != frac else min(max(frac, 0.0), 1.0)
+    return np.exp(LOG_RATIOS[h - 1] + frac * (LOG_RATIOS[h] - LOG_RATIOS[h - 1]))
+
+
+@numba.njit(cache=True)
+def _crossing_rows(traj: np.ndarray, delta: np.ndarray, out: np.ndarray) -> None:
+    for i in range(len(out)):
+        out[i] = crossing_row(traj[i], delta[i])
+
+
 def crossing_ratio(traj: np.ndarray, delta: np.ndarray) -> np.ndarray:
     """Remaining-work ratio at which each trajectory first drops to ``<= delta``.
 
     ``traj`` (..., TARGET_DIM) are relative log-loss trajectories on FUTURE_RATIOS,
-    ``delta`` (broadcastable to ``traj[..., 0]``) the relative log target.  The crossing
-    is interpolated linearly in log ratio; ``inf`` if it is not within the grid.
+    ``delta`` (broadcastable to ``traj[..., 0]``) the relative log target
+    (:func:`crossing_row` for each).
     """
-    traj = np.minimum.accumulate(traj, axis=-1)
-    d = np.broadcast_to(delta, traj.shape[:-1])
-    below = traj <= d[..., None]
-    h = np.argmax(below, axis=-1)
-    hit = below[..., -1]  # the running minimum is at its lowest at the end
-    lr = _LOG_RATIOS
-    hp = np.maximum(h - 1, 0)
-    # Flat indices into the (contiguous) trajectories: cheaper than take_along_axis here.
-    row = np.arange(0, traj.size, traj.shape[-1]).reshape(h.shape)
-    flat = traj.ravel()
-    z0, z1 = flat[row + hp], flat[row + h]
-    with np.errstate(invalid="ignore", divide="ignore"):
-        frac = nan_clip((z0 - d) / (z0 - z1), 0.0, 1.0, nan=1.0)
-    log_r = np.where(h == 0, lr[0], lr[hp] + frac * (lr[h] - lr[hp]))
-    return np.where(hit, np.exp(log_r), np.inf)
+    traj = np.asarray(traj, np.float64)
+    shape = traj.shape[:-1]
+    rows = np.ascontiguousarray(traj.reshape(-1, traj.shape[-1]))
+    d = np.ascontiguousarray(np.broadcast_to(np.asarray(delta, np.float64), shape)).ravel()
+    out = np.empty(len(rows))
+    _crossing_rows(rows, d, out)
+    return out.reshape(shape)

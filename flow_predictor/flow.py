@@ -5,10 +5,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numba
 import numpy as np
 import torch
 
-from flow_predictor.features import FUTURE_RATIOS, crossing_ratio, decode_target, prefix_features
+from flow_predictor.features import LOG_RATIOS, crossing_row, decode_target, prefix_conditions
 from flow_predictor.model import FlowConfig, Sampler, VelocityNet
 from flow_predictor.remaining import (
     LOSS_FLOOR,
@@ -47,21 +48,44 @@ def sobol_normal(n: int, dim: int, seed: int) -> torch.Tensor:
     return (torch.erfinv(2 * u - 1) * np.sqrt(2.0)).float()
 
 
-def widen(ratio: np.ndarray, spread: float) -> np.ndarray:
-    """Scale each row's finite log-samples about their median by ``spread`` (calibration).
+@numba.njit(cache=True, error_model="numpy")
+def _widen(ratio: np.ndarray, spread: float) -> None:
+    """Scale one row's finite log-samples about their median by ``spread``, in place.
 
     ``inf`` ("not reached") samples stay ``inf``; results stay within the model's grid.
     """
-    finite = np.isfinite(ratio)
-    logs = np.log(np.where(finite, ratio, 1.0))
-    ordered = np.sort(np.where(finite, logs, np.inf), axis=1)
-    med = ordered[:, (ratio.shape[1] - 1) // 2 : (ratio.shape[1] - 1) // 2 + 1]
-    top = np.max(np.where(finite, logs, -np.inf), axis=1, keepdims=True)
-    med = np.where(np.isfinite(med), med, top)  # mostly "never": widen about the largest
-    lo, hi = np.log(FUTURE_RATIOS[0]), np.log(FUTURE_RATIOS[-1])
-    with np.errstate(invalid="ignore"):  # rows without any finite sample
-        wide = np.exp(np.clip(med + spread * (logs - med), lo, hi))
-    return np.where(finite, wide, ratio)
+    logs = np.log(ratio)
+    ordered = np.sort(logs)  # inf sorts last, as "not reached" should
+    med = ordered[(len(logs) - 1) // 2]
+    if not np.isfinite(med):  # mostly "never": widen about the largest finite sample
+        med = -np.inf
+        for v in logs:
+            if np.isfinite(v):
+                med = max(med, v)
+    lo, hi = LOG_RATIOS[0], LOG_RATIOS[-1]
+    for s in range(len(ratio)):
+        if np.isfinite(ratio[s]):
+            ratio[s] = np.exp(min(max(med + spread * (logs[s] - med), lo), hi))
+
+
+@numba.njit(cache=True, error_model="numpy")
+def _read_out(
+    traj: np.ndarray,
+    rows: np.ndarray,
+    delta: np.ndarray,
+    current: np.ndarray,
+    spread: float,
+    out: np.ndarray,
+) -> None:
+    """Remaining-work samples of trajectories ``traj[rows[j]]`` for relative log targets
+    ``delta[j]``: crossings, widened by ``spread``, times the current work, into ``out[j]``."""
+    for j in range(len(rows)):
+        r = rows[j]
+        for s in range(traj.shape[1]):
+            out[j, s] = crossing_row(traj[r, s], delta[j])
+        if spread != 1.0:
+            _widen(out[j], spread)
+        out[j] *= current[r]
 
 
 @dataclass(frozen=True)
@@ -85,10 +109,9 @@ class FlowFit(FittedPrefixes):
         if len(flow):
             kf = k[flow]
             delta = np.log(np.maximum(eps[flow], LOSS_FLOOR)) - self.ref[kf]
-            ratio = crossing_ratio(self.traj[kf], delta[:, None])
-            if self.spread != 1.0:
-                ratio = widen(ratio, self.spread)
-            out[flow] = ratio * self.current[kf][:, None]
+            part = np.empty((len(flow), self.traj.shape[1]))
+            _read_out(self.traj, kf, delta, self.current, float(self.spread), part)
+            out[flow] = part
         if len(flow) < len(k):  # the WLS fit holds the fallback tasks in order
             row = np.cumsum(self.fallback) - 1
             out[fb] = self.wls.remaining(eps[fb], row[k[fb]]).samples
@@ -137,15 +160,25 @@ class FlowPredictor(RemainingWorkPredictor):
 
     def fit(self, works: Sequence[np.ndarray], losses: Sequence[np.ndarray]) -> FlowFit:
         """Sample every prefix's future (one batched ODE solve)."""
+        return self.fit_batches([(works, losses)])
+
+    def fit_batches(
+        self, batches: Sequence[tuple[Sequence[np.ndarray], Sequence[np.ndarray]]]
+    ) -> FlowFit:
+        """:meth:`fit` of several batches' prefixes in one ODE solve, each batch featurised
+        as alone (its prefixes aligned on its longest: :func:`prefix_conditions`)."""
+        works = [w for batch in batches for w in batch[0]]
+        losses = [v for batch in batches for v in batch[1]]
         fallback = np.array([len(w) < MIN_REPORTS for w in works], bool)
         traj = np.full((len(works), self.noise.shape[0], self.net.config.target_dim), np.nan)
         ref = np.full(len(works), np.nan)
         idx = np.flatnonzero(~fallback)
         if len(idx):
-            w = [np.asarray(works[i], np.float64) for i in idx]
-            ls = [np.asarray(losses[i], np.float64) for i in idx]
-            traj[idx] = self.trajectories(prefix_features(w, ls))
-            ref[idx] = np.log(np.maximum([x.min() for x in ls], LOSS_FLOOR))
+            per_batch = [sum(len(w) >= MIN_REPORTS for w in batch[0]) for batch in batches]
+            cond, ref[idx] = prefix_conditions(
+                [works[i] for i in idx], [losses[i] for i in idx], [c for c in per_batch if c]
+            )
+            traj[idx] = self.trajectories(cond)
         short = np.flatnonzero(fallback)
         wls = None
         if len(short):

@@ -16,6 +16,7 @@ last.  Numpy only: the flow model (torch) is loaded only by ``FlowShare(predicto
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -101,17 +102,62 @@ def nodes_needed(
     return np.where(ok.any(axis=1), first + 1, 0)
 
 
+# Some tasks of one simulation (flow_share's rule takes a list of them: several at once).
+SimTasks = tuple[Any, np.ndarray]
+
+
+def _joined(parts: list[np.ndarray]) -> np.ndarray:
+    """``parts`` end to end (the one part itself: no copy on a scheduler's every tick)."""
+    return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+
+def _nodes_for(items: Sequence[SimTasks], work: np.ndarray, slacks: Sequence[int]) -> np.ndarray:
+    """:func:`nodes_needed` for each row ``work[p]`` (the tasks of every ``(sim, tasks)`` of
+    ``items``, in order) with ``slacks[p]`` ticks to spare, in one call."""
+    work = np.asarray(work, np.float64)
+    columns = [
+        (
+            sim.workload.deadline[tasks] - sim.t,
+            sim.workload.cap[tasks],
+            warm_nodes(sim, tasks),
+            sim.workload.rate[tasks],
+            sim.workload.alpha[tasks],
+        )
+        for sim, tasks in items
+    ]
+    left, *per_task = (_joined(list(c)) for c in zip(*columns))
+    m = len(work)
+    need = nodes_needed(
+        work.ravel(),
+        _joined([left - s for s in slacks]),
+        *(_joined([a] * m) for a in per_task),
+    )
+    return need.reshape(work.shape)
+
+
 def nodes_to_finish(sim: Any, tasks: np.ndarray, work: np.ndarray, slack: int) -> np.ndarray:
     """:func:`nodes_needed` for ``work`` left in each of ``tasks``, ``slack`` ticks early."""
-    wl = sim.workload
-    return nodes_needed(
-        work,
-        wl.deadline[tasks] - sim.t - slack,
-        wl.cap[tasks],
-        warm_nodes(sim, tasks),
-        wl.rate[tasks],
-        wl.alpha[tasks],
-    )
+    return _nodes_for([(sim, tasks)], np.asarray(work, np.float64)[None, :], [slack])[0]
+
+
+def _want_and_reach(
+    items: Sequence[SimTasks],
+    rw: RemainingWork,
+    upper: np.ndarray,
+    slack: int,
+    low: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """:func:`confident_nodes` for ``upper`` and, given ``low``, the fewest nodes that finish
+    each task by its deadline if its remaining work is ``low`` (0: none within its cap, or
+    a fallback), for the tasks of every ``(sim, tasks)`` of ``items`` (whose predictions are
+    the rows of ``rw``, in order): all from one :func:`nodes_needed` call."""
+    work, slacks = [np.where(rw.fallback, np.inf, upper)], [slack]
+    if low is not None:
+        work.append(np.where(rw.fallback, np.nan, low))
+        slacks.append(0)
+    need = _nodes_for(items, np.stack(work), slacks)
+    cap = _joined([sim.workload.cap[tasks] for sim, tasks in items])
+    return np.where(need[0] > 0, need[0], cap), None if low is None else need[1]
 
 
 def confident_nodes(
@@ -131,8 +177,7 @@ def confident_nodes(
     """
     if upper is None:
         upper = rw.quantiles([quantile])[:, 0]
-    need = nodes_to_finish(sim, tasks, np.where(rw.fallback, np.inf, upper), slack)
-    return np.where(need > 0, need, sim.workload.cap[tasks])
+    return _want_and_reach([(sim, tasks)], rw, upper, slack)[0]
 
 
 def flow_share_counts(
@@ -154,21 +199,39 @@ def flow_share_counts(
     ``qs``: quantiles of ``rw`` already computed, by level.  Returns ``(want, counts)``,
     both aligned with ``tasks``.
     """
+    return flow_share_counts_many([(sim, tasks)], rw, quantile, slack, drop, qs)
+
+
+def flow_share_counts_many(
+    items: Sequence[SimTasks],
+    rw: RemainingWork,
+    quantile: float = DEFAULTS.quantile,
+    slack: int = DEFAULTS.slack,
+    drop: float | None = DEFAULTS.drop,
+    qs: dict[float, np.ndarray] | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`flow_share_counts` of the tasks of every ``(sim, tasks)`` of ``items`` (several
+    simulations, each shared by its own tasks), whose predictions are the rows of ``rw`` in
+    that order; ``want`` and ``counts`` in that order too."""
     qs = dict(qs or {})
     missing = [q for q in (quantile, drop) if q and q not in qs]
     if missing:  # one sort of the samples for every level still needed
         qs.update(zip(missing, rw.quantiles(missing).T))
-    want = confident_nodes(sim, tasks, rw, quantile, slack, upper=qs[quantile])
-    last = None
-    # Triage only matters when the wants exceed the cluster (want[~hopeless] <= want).
-    if drop and want.sum() >= sim.config.num_nodes:
-        low = qs[drop]
-        reach = nodes_to_finish(sim, tasks, np.where(rw.fallback, np.nan, low), slack=0)
-        # nan (fallback or unknown) gives 0 from nodes_needed as well: not hopeless
-        hopeless = (reach == 0) & ~rw.fallback & ~np.isnan(low)
-        if hopeless.any() and want[~hopeless].sum() >= sim.config.num_nodes:
-            last = hopeless
-    counts = fair_share(sim, tasks, want, last=last)[tasks]
+    low = qs[drop] if drop else None
+    want, reach = _want_and_reach(items, rw, qs[quantile], slack, low)
+    counts = np.empty_like(want)
+    row = 0
+    for sim, tasks in items:
+        rows = slice(row, row + len(tasks))
+        row += len(tasks)
+        last = None
+        # Triage only matters when the wants exceed the cluster (want[~hopeless] <= want).
+        if drop and want[rows].sum() >= sim.config.num_nodes:
+            # nan (fallback or unknown) gives 0 from nodes_needed as well: not hopeless
+            hopeless = (reach[rows] == 0) & ~rw.fallback[rows] & ~np.isnan(low[rows])
+            if hopeless.any() and want[rows][~hopeless].sum() >= sim.config.num_nodes:
+                last = hopeless
+        counts[rows] = fair_share(sim, tasks, want[rows], last=last)[tasks]
     return want, counts
 
 
@@ -222,7 +285,7 @@ class FlowShare(Scheduler):
             )
         # Checked here, in the parent process, not in a worker after other work; the CLI
         # turns this error into the line naming the extra to install.
-        for module in ("torch", "threadpoolctl") if predictor == "flow" else ():
+        for module in ("torch", "threadpoolctl", "numba") if predictor == "flow" else ():
             if importlib.util.find_spec(module) is None:
                 msg = f"flow_share: predictor='flow' needs {module}"
                 raise ModuleNotFoundError(msg, name=module)

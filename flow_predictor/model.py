@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from typing import Any
 
+import numba
 import numpy as np
 import torch
 from threadpoolctl import ThreadpoolController
@@ -118,24 +119,58 @@ def single_threaded_blas() -> Iterator[None]:
             lib.set_num_threads(n)
 
 
-def _silu_(x: np.ndarray, scratch: np.ndarray) -> np.ndarray:
-    """``x / (1 + exp(-x))`` written into ``x`` (``scratch``: same shape, overwritten).
+# The solver's elementwise steps, compiled: each replaces several numpy calls on the small
+# arrays of a scheduler tick, with the same float32 operations in the same order (so the
+# same numbers); numpy keeps the matrix products (BLAS) and exp.
+@numba.njit(cache=True)
+def _add_rows_negate(
+    h: np.ndarray, rows: np.ndarray, per: int, t: np.ndarray, neg: np.ndarray
+) -> None:
+    """``h[i] += rows[i // per]``, then ``h[i] += t``; ``neg = -h``."""
+    for i in range(h.shape[0]):
+        r = rows[i // per]
+        for j in range(h.shape[1]):
+            v = (h[i, j] + r[j]) + t[j]
+            h[i, j] = v
+            neg[i, j] = -v
 
-    exp(-x) overflows to inf for very negative x, where x / inf = -0 is the right value:
-    call it under ``np.errstate(over="ignore")``.
+
+@numba.njit(cache=True)
+def _add_negate(h: np.ndarray, b: np.ndarray, neg: np.ndarray) -> None:
+    """``h += b`` (broadcast over rows); ``neg = -h``."""
+    for i in range(h.shape[0]):
+        for j in range(h.shape[1]):
+            v = h[i, j] + b[j]
+            h[i, j] = v
+            neg[i, j] = -v
+
+
+@numba.njit(cache=True, error_model="numpy")
+def _silu_from(h: np.ndarray, exp_neg: np.ndarray) -> None:
+    """``h / (1 + exp(-h))`` into ``h``, given ``exp_neg = exp(-h)``.
+
+    exp(-h) overflows to inf for very negative h, where h / inf = -0 is the right value.
     """
-    np.negative(x, out=scratch)
-    np.exp(scratch, out=scratch)
-    scratch += 1.0
-    return np.divide(x, scratch, out=x)
+    for i in range(h.shape[0]):
+        for j in range(h.shape[1]):
+            h[i, j] = h[i, j] / (exp_neg[i, j] + np.float32(1.0))
+
+
+@numba.njit(cache=True)
+def _euler_step(x: np.ndarray, v: np.ndarray, b: np.ndarray, dt: np.float32) -> None:
+    """``x += (v + b) * dt``: one Euler step with the output layer's bias ``b``."""
+    for i in range(x.shape[0]):
+        for j in range(x.shape[1]):
+            x[i, j] += (v[i, j] + b[j]) * dt
 
 
 class Sampler:
     """Fixed-step ODE solver of a trained :class:`VelocityNet`, in numpy (inference only).
 
-    Plain numpy keeps per-call overhead far below torch's for the small batches of a
-    scheduler tick.  The first layer is split: its condition term is computed once per
-    task and its time term once per solver step (at construction), not per sample.
+    numpy's matrix products and exp, the rest compiled, keep per-call overhead far below
+    torch's for the small batches of a scheduler tick.  The first layer is split: its
+    condition term is computed once per task and its time term once per solver step (at
+    construction), not per sample.
     """
 
     def __init__(self, net: VelocityNet, steps: int = 4, method: str = "euler") -> None:
@@ -165,23 +200,21 @@ class Sampler:
         self.rest = layers[1:]
 
     def _velocity(
-        self, x: np.ndarray, cond_term: np.ndarray, k: int, bufs: list[np.ndarray]
+        self, x: np.ndarray, first: np.ndarray, k: int, bufs: list[np.ndarray]
     ) -> np.ndarray:
-        """Velocity at ``x`` and solver time ``k`` (``bufs``: three (rows, hidden) arrays,
-        overwritten; the result is a new array)."""
+        """Last hidden layer at ``x`` and solver time ``k`` (``first``: each task's first-layer
+        condition term, one row per task; ``bufs``: three (rows, hidden) arrays, overwritten;
+        the result is one of them)."""
         h, scratch, nxt = bufs
         np.matmul(x, self.w_x, out=h)
-        h += cond_term
-        h += self.t_terms[k]
-        _silu_(h, scratch)
+        _add_rows_negate(h, first, len(x) // len(first), self.t_terms[k], scratch)
+        _silu_from(h, np.exp(scratch, out=scratch))
         for w, b in self.rest[:-1]:
             np.matmul(h, w, out=nxt)
-            nxt += b
-            h, nxt = _silu_(nxt, scratch), h
-        w, b = self.rest[-1]
-        v = h @ w
-        v += b
-        return v
+            _add_negate(nxt, b, scratch)
+            _silu_from(nxt, np.exp(scratch, out=scratch))
+            h, nxt = nxt, h
+        return h
 
     def __call__(self, cond: np.ndarray, noise: np.ndarray) -> np.ndarray:
         """Integrate from ``noise`` (S, target_dim) for each condition: (B, S, target_dim).
@@ -196,20 +229,23 @@ class Sampler:
         h = np.asarray(cond, np.float32)
         for w, b in self.encoder:
             h = h @ w
-            h += b
-            _silu_(h, np.empty_like(h))
+            neg = np.empty_like(h)
+            _add_negate(h, b, neg)
+            _silu_from(h, np.exp(neg, out=neg))
         b, s = len(h), len(noise)
         # 2-D contiguous rows (task-major): BLAS-friendly, unlike broadcast 3-D views.
         first = h @ self.w_c
         first += self.b0
-        cond_term = np.repeat(first, s, axis=0)
-        x = np.tile(np.asarray(noise, np.float32), (b, 1))
-        bufs = [np.empty_like(cond_term) for _ in range(3)]
+        x = np.concatenate([np.asarray(noise, np.float32)] * b)
+        bufs = [np.empty((b * s, len(self.b0)), np.float32) for _ in range(3)]
+        w_out, b_out = self.rest[-1]
+        v = np.empty_like(x)
         dt = np.float32(1.0 / self.steps)
         for k in range(self.steps):
-            v = self._velocity(x, cond_term, 2 * k, bufs)
+            np.matmul(self._velocity(x, first, 2 * k, bufs), w_out, out=v)
             if self.method == "midpoint":
-                v = self._velocity(x + 0.5 * dt * v, cond_term, 2 * k + 1, bufs)
-            v *= dt
-            x += v
+                v += b_out
+                mid = self._velocity(x + 0.5 * dt * v, first, 2 * k + 1, bufs)
+                np.matmul(mid, w_out, out=v)
+            _euler_step(x, v, b_out, dt)
         return x.reshape(b, s, -1)

@@ -19,6 +19,7 @@ Conventions shared by all predictors:
 
 from __future__ import annotations
 
+import functools
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -32,6 +33,15 @@ MIN_REPORTS = 3
 MIN_RATIO = 0.01
 
 
+@functools.lru_cache(maxsize=32)
+def _neighbours(qs: tuple[float, ...], s: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Sorted-sample positions below and above each quantile level, and the fraction
+    between them (linear interpolation, numpy's default)."""
+    pos = np.asarray(qs, np.float64) * (s - 1)
+    lo = np.floor(pos).astype(np.int64)
+    return lo, np.minimum(lo + 1, s - 1), pos - lo
+
+
 @dataclass(frozen=True)
 class RemainingWork:
     """Per-task samples of remaining work (``inf``: not reached; ``nan``: unknown)."""
@@ -42,11 +52,7 @@ class RemainingWork:
     def quantiles(self, qs: Sequence[float]) -> np.ndarray:
         """(n_tasks, len(qs)) quantiles; ``inf`` where the upper neighbour sample is ``inf``."""
         x = np.sort(self.samples, axis=1)
-        s = x.shape[1]
-        pos = np.asarray(qs, np.float64) * (s - 1)
-        lo = np.floor(pos).astype(np.int64)
-        hi = np.minimum(lo + 1, s - 1)
-        frac = pos - lo
+        lo, hi, frac = _neighbours(tuple(qs), x.shape[1])
         a, b = x[:, lo], x[:, hi]
         with np.errstate(invalid="ignore"):
             mid = a + frac * (b - a)
@@ -63,7 +69,10 @@ class RemainingWork:
         columns = b.ndim == 2
         if not columns:
             b = np.broadcast_to(b, (len(self.samples),))[:, None]
-        p = (self.samples[:, None, :] <= b[:, :, None]).mean(axis=2)
+        p = (
+            np.count_nonzero(self.samples[:, None, :] <= b[:, :, None], axis=2)
+            / self.samples.shape[1]
+        )
         p = np.where(np.isnan(self.samples).any(axis=1)[:, None], np.nan, p)
         return p if columns else p[:, 0]
 
@@ -94,6 +103,13 @@ class RemainingWorkPredictor(ABC):
     @abstractmethod
     def fit(self, works: Sequence[np.ndarray], losses: Sequence[np.ndarray]) -> FittedPrefixes:
         """Fit every task's prefix of reports (work, loss)."""
+
+    def fit_batches(
+        self, batches: Sequence[tuple[Sequence[np.ndarray], Sequence[np.ndarray]]]
+    ) -> FittedPrefixes:
+        """One fit of the prefixes of several batches, rows in order (a predictor whose fit of
+        a prefix depends on the prefixes batched with it fits each batch as if alone)."""
+        return self.fit([w for b in batches for w in b[0]], [v for b in batches for v in b[1]])
 
     def predict(
         self,
@@ -162,14 +178,24 @@ def remaining_from_total(total: np.ndarray, current: np.ndarray) -> np.ndarray:
 Predict = Callable[[Any, np.ndarray], tuple[RemainingWork, np.ndarray]]
 
 
+def _reports(sim: Any, tasks: Sequence[int]) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """The reports (work, loss) of ``tasks`` so far."""
+    return [np.asarray(sim.hist_work[k]) for k in tasks], [
+        np.asarray(sim.hist_loss[k]) for k in tasks
+    ]
+
+
+def _last_work(works: Sequence[np.ndarray]) -> np.ndarray:
+    """The work each prediction from these reports counts from (0 without reports)."""
+    return np.array([float(w[-1]) if len(w) else 0.0 for w in works])
+
+
 def from_reports(predictor: RemainingWorkPredictor) -> Predict:
     """``predictor`` as a cache's :data:`Predict`: remaining work from the last reported work."""
 
     def predict(sim: Any, tasks: np.ndarray) -> tuple[RemainingWork, np.ndarray]:
-        works = [np.asarray(sim.hist_work[k]) for k in tasks]
-        losses = [np.asarray(sim.hist_loss[k]) for k in tasks]
-        rw = predictor.predict(works, losses, sim.workload.target[tasks])
-        return rw, np.array([float(w[-1]) if len(w) else 0.0 for w in works])
+        works, losses = _reports(sim, tasks)
+        return predictor.predict(works, losses, sim.workload.target[tasks]), _last_work(works)
 
     return predict
 
@@ -185,9 +211,10 @@ class PredictionCache:
     a :data:`Predict`.  A task is predicted again once its reports grew by ``refresh`` (a
     fraction) and by ``every`` reports since its last prediction, and, with
     ``refit_fallbacks``, after every report while its prediction is a fallback; one
-    batched predictor call covers all such tasks.  :meth:`get` answers "remaining work from
-    now" (the cached samples shifted by the work done since the prediction), :meth:`totals`
-    the total work.  ``refresh=0`` predicts after every report.
+    batched predictor call covers all such tasks (:func:`refresh_together`: those of
+    several caches).  :meth:`get` answers "remaining work from now" (the cached samples
+    shifted by the work done since the prediction), :meth:`totals` the total work.
+    ``refresh=0`` predicts after every report.
     """
 
     def __init__(
@@ -202,6 +229,7 @@ class PredictionCache:
         if every < 1:
             raise ValueError(f"every must be >= 1 (new reports), got {every}")
         is_predictor = isinstance(predictor, RemainingWorkPredictor)
+        self.predictor = predictor if is_predictor else None
         self.predict = from_reports(predictor) if is_predictor else predictor
         self.refresh = float(refresh)
         self.every = int(every)
@@ -213,22 +241,37 @@ class PredictionCache:
         """Forget every task (new episode)."""
         self._cache.clear()
 
-    def _stale(self, k: int, n: int) -> bool:
-        hit = self._cache.get(k)
-        if hit is None or (self.refit_fallbacks and hit[3] and n != hit[0]):
-            return True
-        return n - hit[0] >= max(self.every, int(self.refresh * hit[0]))
+    def stale(self, sim: Any, tasks: np.ndarray) -> list[int]:
+        """The tasks among ``tasks`` to predict again (the refresh rule above)."""
+        cache, hist, refit = self._cache, sim.hist_work, self.refit_fallbacks
+        every, refresh = self.every, self.refresh
+        out = []
+        for k in np.asarray(tasks).tolist():
+            n, hit = len(hist[k]), cache.get(k)
+            if (
+                hit is None
+                or (refit and hit[3] and n != hit[0])
+                or n - hit[0] >= max(every, int(refresh * hit[0]))
+            ):
+                out.append(k)
+        return out
+
+    def _store(self, sim: Any, tasks: list[int], rw: RemainingWork, at: np.ndarray) -> None:
+        for i, k in enumerate(tasks):
+            self._cache[k] = (
+                len(sim.hist_work[k]),
+                float(at[i]),
+                rw.samples[i],
+                bool(rw.fallback[i]),
+            )
 
     def _hits(self, sim: Any, tasks: np.ndarray) -> list[tuple[int, float, np.ndarray, bool]]:
         """The entries of ``tasks``, predicting the stale ones first (one call)."""
-        cache = self._cache
-        stale = [int(k) for k in tasks if self._stale(int(k), len(sim.hist_work[k]))]
+        stale = self.stale(sim, tasks)
         if stale:
-            rw, at = self.predict(sim, np.asarray(stale, np.int64))
-            for i, k in enumerate(stale):
-                n = len(sim.hist_work[k])
-                cache[k] = (n, float(at[i]), rw.samples[i], bool(rw.fallback[i]))
-        return [cache[int(k)] for k in tasks]
+            self._store(sim, stale, *self.predict(sim, np.asarray(stale, np.int64)))
+        cache = self._cache
+        return [cache[k] for k in np.asarray(tasks).tolist()]
 
     def totals(self, sim: Any, tasks: np.ndarray) -> np.ndarray:
         """(n_tasks, n_samples) predicted total work of ``tasks`` (``inf``: not reached)."""
@@ -248,3 +291,31 @@ class PredictionCache:
         if (done != at).any():  # total = samples + work at prediction; nan and inf stay
             samples = remaining_from_total(samples + at[:, None], done[:, None])
         return RemainingWork(samples, np.array([h[3] for h in hits], bool))
+
+
+def refresh_together(requests: Sequence[tuple[PredictionCache, Any, np.ndarray]]) -> None:
+    """Predict the stale tasks (:meth:`PredictionCache.stale`) of every ``(cache, sim,
+    tasks)``: one :meth:`~RemainingWorkPredictor.fit_batches` call for all the caches that
+    share a predictor, each simulation's tasks one batch (what each cache would have
+    predicted on its own).  A cache's :meth:`~PredictionCache.get` of those tasks then
+    predicts nothing."""
+    by_predictor: dict[int, list[tuple[PredictionCache, Any, list[int]]]] = {}
+    for cache, sim, tasks in requests:
+        stale = cache.stale(sim, tasks)
+        if not stale:
+            continue
+        if cache.predictor is None:
+            cache._store(sim, stale, *cache.predict(sim, np.asarray(stale, np.int64)))
+        else:
+            by_predictor.setdefault(id(cache.predictor), []).append((cache, sim, stale))
+    for group in by_predictor.values():
+        reports = [_reports(sim, stale) for _, sim, stale in group]
+        fit = group[0][0].predictor.fit_batches(reports)
+        targets = np.concatenate([sim.workload.target[stale] for _, sim, stale in group])
+        rw = fit.remaining(targets)
+        row = 0
+        for (cache, sim, stale), (works, _) in zip(group, reports):
+            rows = slice(row, row + len(stale))
+            part = RemainingWork(rw.samples[rows], rw.fallback[rows])
+            cache._store(sim, stale, part, _last_work(works))
+            row += len(stale)

@@ -58,6 +58,9 @@ def fit_power_law(
     ridge: float = RIDGE,
 ) -> PowerLaw:
     """Discounted ridge WLS fit of ``log L = log a - b log w``, batched over tasks."""
+    if all(len(w) < 2 for w in works):  # nothing to fit (a scheduler's newest tasks)
+        unknown = np.full(len(works), np.nan)
+        return PowerLaw(log_a=unknown, b=unknown.copy())
     x, y, valid = pad_prefixes(works, losses)
     age = x.shape[1] - 1 - np.arange(x.shape[1])
     wt = np.where(valid, discount ** age[None, :], 0.0)
@@ -86,6 +89,8 @@ class WLSFit(FittedPrefixes):
         """Point prediction ``(a/eps)**(1/b) - w_c`` (nan: fewer than two reports)."""
         k = self._tasks(targets, tasks)
         law = PowerLaw(self.law.log_a[k], self.law.b[k])
+        if np.isnan(law.b).all():  # unknown, every one: nan
+            return RemainingWork(samples=np.full((len(k), 1), np.nan), fallback=self.fallback[k])
         rem = remaining_from_total(law.predicted_work(targets), self.current[k])
         return RemainingWork(samples=rem[:, None], fallback=self.fallback[k])
 

@@ -20,21 +20,30 @@ every predictor feature and ``pred_fallback = 1``.
 want and count (default parameters), computed over the visible slots: they equal that
 scheduler's exactly when no task that would get a node is hidden, which
 ``num_slots >= num_nodes`` guarantees.
+
+Several envs stepped together (an RLlib env runner's) compute their features together with
+:func:`features_together`: one predictor call for all of them, the same features.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import gymnasium
+import numba
 import numpy as np
 from gymnasium import spaces
 from pettingzoo import AECEnv
 from pettingzoo.utils import BaseWrapper
 
-from flow_predictor.features import nan_clip
-from flow_predictor.flow_share import DEFAULTS, FLOW_SAMPLES, flow_share_counts
-from flow_predictor.remaining import PredictionCache, RemainingWorkPredictor
+from flow_predictor.flow_share import DEFAULTS, FLOW_SAMPLES, flow_share_counts_many
+from flow_predictor.remaining import (
+    PredictionCache,
+    RemainingWork,
+    RemainingWorkPredictor,
+    refresh_together,
+)
 from flow_predictor.wls import WLSPredictor
 from mara_env.cluster_env import NODE_FEATURES, OBS_LIMIT, SLOT_FEATURES
 from mara_env.cluster_env import env as make_aec_env
@@ -52,9 +61,20 @@ PREDICTOR_FEATURES = (
     "pred_share",  # fair_share of the visible slots up to those needs / cap (flow_share's count)
 )
 QUANTILES = (0.1, 0.5, 0.9)
-_PRED = {name: i for i, name in enumerate(PREDICTOR_FEATURES)}  # column of each feature
-_QUANTILE_COLUMNS = [_PRED["pred_q10"], _PRED["pred_q50"], _PRED["pred_q90"]]  # of QUANTILES
-_DEADLINE_COLUMNS = [_PRED["p_deadline_now"], _PRED["p_deadline_cap"]]
+# column of each feature (constants of the compiled code below)
+_Q10, _Q50, _Q90, _P_NOW, _P_CAP, _FALLBACK, _NEEDED, _SHARE = (
+    PREDICTOR_FEATURES.index(name)
+    for name in (
+        "pred_q10",
+        "pred_q50",
+        "pred_q90",
+        "p_deadline_now",
+        "p_deadline_cap",
+        "pred_fallback",
+        "pred_nodes_needed",
+        "pred_share",
+    )
+)
 # log1p of a few to a few hundred reference ticks is 2 to 6: halved, the quantile features
 # lie in 1 to 3, the range of the env's own features (durations in units of TICK_SCALE).
 LOG_TICKS_SCALE = 2.0
@@ -101,20 +121,21 @@ class PredictorFeatures(BaseWrapper):
         self.state_space = space["state"]
         self._key: tuple[int, int] | None = None
         self._extra = np.zeros((self.num_slots, len(PREDICTOR_FEATURES)), np.float32)
-        # The wrapped state is one gather from [env state, predictor features]: per slot
-        # its env row, then its predictor row (the node and queue features stay in place).
-        n_env = len(base["state"].low)
+        # Where each entry of the env's state and of the predictor features goes in the
+        # wrapped state: per slot its env row, then its predictor row (the node and queue
+        # features stay in place).
         k, b_dim, p_dim = self.num_slots, self.base_slot_dim, len(PREDICTOR_FEATURES)
-        env_rows = self.node_dim + np.arange(k * b_dim).reshape(k, b_dim)
-        pred_rows = n_env + np.arange(k * p_dim).reshape(k, p_dim)
-        self._gather = np.concatenate(
+        slot_at = self.node_dim + self.slot_dim * np.arange(k)[:, None]
+        self._env_at = np.concatenate(
             [
                 np.arange(self.node_dim),
-                np.concatenate([env_rows, pred_rows], axis=1).ravel(),
-                np.arange(n_env - self.queue_dim, n_env),
+                (slot_at + np.arange(b_dim)).ravel(),
+                obs_dim + np.arange(self.queue_dim),
             ]
         )
+        self._pred_at = (slot_at + b_dim + np.arange(p_dim)).ravel()
         self._obs_dim = obs_dim
+        self._state_dim = obs_dim + self.queue_dim
 
     def observation_space(self, agent: str) -> gymnasium.Space:
         return self.observation_spaces[agent]
@@ -147,50 +168,119 @@ class PredictorFeatures(BaseWrapper):
 
     # ---- features --------------------------------------------------------------
     def _extend(self, obs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        extra = self._slot_predictions()
-        state = np.concatenate((obs["state"], extra.ravel()))[self._gather]
+        state = np.empty(self._state_dim, np.float32)
+        _place(obs["state"], self._env_at, self._slot_predictions(), self._pred_at, state)
         return {
             "observation": state[: self._obs_dim].copy(),
             "action_mask": obs["action_mask"],
             "state": state,
         }
 
-    def _slot_predictions(self) -> np.ndarray:
+    def _prediction_request(self) -> tuple[PredictionCache, Any, np.ndarray]:
+        """The cache, simulation and visible tasks of this tick's predictions."""
         engine = self._engine
-        sim = engine.sim
-        key = (id(sim.workload), sim.t)
-        if key == self._key:
-            return self._extra
-        self._key = key
-        tasks = engine.slot_tasks[engine.slot_tasks >= 0]
-        extra = np.zeros_like(self._extra)
-        if len(tasks):
-            rw = self._predictions.get(sim, tasks)
-            wl, cfg = sim.workload, engine.config
-            rate, alpha, caps = wl.rate[tasks], wl.alpha[tasks], wl.cap[tasks]
-            ref = rate * reference_nodes(wl, cfg, tasks) ** alpha
-            left = wl.deadline[tasks] - sim.t
-            budgets = np.empty((len(tasks), 2))
-            budgets[:, 0] = rate * sim.nodes_now[tasks] ** alpha * left
-            budgets[:, 1] = rate * caps**alpha * np.maximum(left - 1, 0)
-            levels = (*QUANTILES, DEFAULTS.drop)
-            all_qs = rw.quantiles(levels)  # one sort for the features and flow_share's levels
-            rows = extra[: len(tasks)]
-            with np.errstate(over="ignore", invalid="ignore"):
-                rows[:, _QUANTILE_COLUMNS] = (
-                    np.log1p(all_qs[:, :3] / ref[:, None]) / LOG_TICKS_SCALE
-                )
-            rows[:, _DEADLINE_COLUMNS] = rw.prob_within(budgets)
-            rows[:, _PRED["pred_fallback"]] = rw.fallback
-            # slots are in deadline order, as flow_share's round-robin
-            known = {q: all_qs[:, j] for j, q in enumerate(levels)}
-            need, share = flow_share_counts(sim, tasks, rw, qs=known)
-            rows[:, _PRED["pred_nodes_needed"]] = need / caps
-            rows[:, _PRED["pred_share"]] = share / caps
-        # Unknown (nan) predictions read as 0 with the fallback flag set; "never" as the
-        # limit: the env's own, so every feature of the observation shares its bounds.
-        self._extra = nan_clip(extra, -OBS_LIMIT, OBS_LIMIT)
+        return self._predictions, engine.sim, engine.slot_tasks[engine.slot_tasks >= 0]
+
+    def _tick(self) -> tuple[int, int]:
+        """The episode and tick the features are of."""
+        sim = self._engine.sim
+        return id(sim.workload), sim.t
+
+    def _slot_predictions(self) -> np.ndarray:
+        if self._key != self._tick():
+            _fill_features([self])
         return self._extra
+
+
+def _fill_features(wrappers: Sequence[PredictorFeatures]) -> None:
+    """This tick's predictor features of every wrapper's slots, computed together: one sort
+    of the samples, one probability pass and one node count for all of them."""
+    requests, parts = [], []
+    for w in wrappers:
+        w._extra, w._key = np.zeros_like(w._extra), w._tick()
+        cache, sim, tasks = w._prediction_request()
+        if len(tasks):
+            rw, wl = cache.get(sim, tasks), sim.workload
+            requests.append((w, sim, tasks))
+            parts.append(
+                (
+                    rw.samples,
+                    rw.fallback,
+                    wl.rate[tasks],
+                    wl.alpha[tasks],
+                    wl.cap[tasks],
+                    reference_nodes(wl, w._engine.config, tasks),
+                    sim.nodes_now[tasks],
+                    wl.deadline[tasks] - sim.t,
+                )
+            )
+    if not requests:
+        return
+    samples, fallback, rate, alpha, caps, n_ref, nodes_now, left = map(np.concatenate, zip(*parts))
+    rw = RemainingWork(samples, fallback)
+    ref = rate * n_ref**alpha
+    budgets = np.empty((len(rate), 2))
+    budgets[:, 0] = rate * nodes_now**alpha * left
+    budgets[:, 1] = rate * caps**alpha * np.maximum(left - 1, 0)
+    levels = (*QUANTILES, DEFAULTS.drop)
+    all_qs = rw.quantiles(levels)  # one sort for the features and flow_share's levels
+    # slots are in deadline order, as flow_share's round-robin
+    known = {q: all_qs[:, j] for j, q in enumerate(levels)}
+    need, share = flow_share_counts_many([(sim, tasks) for _, sim, tasks in requests], rw, qs=known)
+    with np.errstate(over="ignore", invalid="ignore"):
+        log_q = np.log1p(all_qs[:, :3] / ref[:, None])
+    rows = np.empty((len(rate), len(PREDICTOR_FEATURES)), np.float32)
+    _feature_rows(log_q, rw.prob_within(budgets), fallback, need, share, caps, rows)
+    start = 0
+    for w, _, tasks in requests:
+        w._extra[: len(tasks)] = rows[start : start + len(tasks)]
+        start += len(tasks)
+
+
+@numba.njit(cache=True)
+def _feature_rows(
+    log_q: np.ndarray,
+    probs: np.ndarray,
+    fallback: np.ndarray,
+    need: np.ndarray,
+    share: np.ndarray,
+    caps: np.ndarray,
+    out: np.ndarray,
+) -> None:
+    """The predictor features of the first ``len(caps)`` slots into ``out`` (float32).
+
+    Unknown (nan) predictions read as 0 with the fallback flag set; "never" as the limit:
+    the env's own, so every feature of the observation shares its bounds.
+    """
+    for i in range(len(caps)):
+        row = out[i]
+        row[_Q10] = log_q[i, 0] / LOG_TICKS_SCALE
+        row[_Q50] = log_q[i, 1] / LOG_TICKS_SCALE
+        row[_Q90] = log_q[i, 2] / LOG_TICKS_SCALE
+        row[_P_NOW] = probs[i, 0]
+        row[_P_CAP] = probs[i, 1]
+        row[_FALLBACK] = fallback[i]
+        row[_NEEDED] = need[i] / caps[i]
+        row[_SHARE] = share[i] / caps[i]
+        for c in range(len(row)):
+            v = row[c]
+            row[c] = 0.0 if v != v else min(max(v, -OBS_LIMIT), OBS_LIMIT)
+
+
+@numba.njit(cache=True)
+def _place(
+    env_state: np.ndarray,
+    env_at: np.ndarray,
+    extra: np.ndarray,
+    extra_at: np.ndarray,
+    out: np.ndarray,
+) -> None:
+    """The wrapped state: the env's state and the predictor features at their places."""
+    for i in range(len(env_at)):
+        out[env_at[i]] = env_state[i]
+    flat = extra.ravel()
+    for i in range(len(extra_at)):
+        out[extra_at[i]] = flat[i]
 
 
 # Predictor features an env (and a policy trained on it) may observe: none, the shipped
@@ -229,11 +319,25 @@ def wrap(
     return env if predictor is None else PredictorFeatures(env, predictor)
 
 
-def make_wrapped_env(env_config: dict[str, Any]) -> AECEnv:
-    """The AEC env for ``{"cluster": {...}, "wrapper": ..., "wrapper_options": {...}}``."""
+def make_wrapped_env(
+    env_config: dict[str, Any], predictor: RemainingWorkPredictor | None = None
+) -> AECEnv:
+    """The AEC env for ``{"cluster": {...}, "wrapper": ..., "wrapper_options": {...}}``
+    (``predictor``: the one :func:`make_predictor` built for its wrapper, else built now)."""
     cluster = ClusterConfig.from_dict(dict(env_config.get("cluster", {})))
     return wrap(
         make_aec_env(config=cluster),
         env_config.get("wrapper", "none"),
         env_config.get("wrapper_options"),
+        predictor,
     )
+
+
+def features_together(envs: Sequence[AECEnv]) -> None:
+    """This tick's predictor features of every predictor-wrapped env of ``envs`` (their next
+    observations then compute nothing), computed together: one predictor call for the new
+    or grown tasks of those that share a predictor, one pass over all their slots.  Each
+    gets the features it would have computed alone."""
+    wrappers = [e for e in envs if isinstance(e, PredictorFeatures)]
+    refresh_together([w._prediction_request() for w in wrappers])
+    _fill_features(wrappers)

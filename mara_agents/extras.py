@@ -14,10 +14,10 @@ import importlib.util
 # extra -> the top-level modules it installs (the first extra listing a module is the one
 # to name when that module is missing)
 EXTRAS: dict[str, tuple[str, ...]] = {
-    "predictor": ("torch", "threadpoolctl"),
+    "predictor": ("torch", "threadpoolctl", "numba"),
     "collect": ("torch", "sklearn", "minigrid", "Box2D"),
-    "rllib": ("torch", "threadpoolctl", "ray"),
-    "live": ("torch", "threadpoolctl", "ray", "sklearn"),
+    "rllib": ("torch", "threadpoolctl", "numba", "ray"),
+    "live": ("torch", "threadpoolctl", "numba", "ray", "sklearn"),
 }
 
 

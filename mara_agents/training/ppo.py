@@ -32,7 +32,7 @@ from mara_agents.training.group import (
     GroupPPOLearner,
 )
 from mara_agents.training.rl_module import SHARED_MODULE_ID, MaraRLModule, MaraRoundModule
-from mara_agents.training.rllib_env import ROUND_ENV_ID, register
+from mara_agents.training.rllib_env import ROUND_ENV_ID, VECTOR_MODE, register
 from mara_env.config import ConfigError
 
 # Episode metrics (from the simulator) logged per episode, averaged per iteration.
@@ -185,6 +185,9 @@ def build_config(
             rollout_fragment_length="auto",
             env_runner_cls=GroupedEnvRunner,
         )
+    elif exp.view == "round":
+        # the runner's envs share one predictor: one call per step for all of them
+        runners = {**VECTOR_MODE, **runners}
     node_env = register()
     config = (
         PPOConfig()

@@ -1,0 +1,111 @@
+"""The compiled per-tick path of the flow model: the numbers of the numpy path before it.
+
+The featuriser, the ODE's elementwise steps, the crossing read-out and the wrapper's
+features are compiled with numba (``cache=True``).  Compiled, they compute what the numpy
+path computed, in the same order: predictions agree to the last bits of a few exp/log
+calls (pinned below at 1e-5 relative, for BLAS kernels that differ between CPUs), and
+flow_share, planning with the shipped flow model, completes exactly the same tasks.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from flow_predictor.checkpoint import load_predictor
+from flow_predictor.features import prefix_conditions, prefix_features
+from flow_predictor.flow_share import FLOW_SAMPLES
+from mara_agents.evaluation.runner import evaluate
+from mara_env.config import ClusterConfig
+from mara_env.traces import load_traces
+
+torch.set_num_threads(1)
+
+# Prefixes of the shipped val split (trace 37 * i, its first LENGTHS[i] reports), predicted in
+# one batch, target 0.9 x the lowest loss so far: quantiles 0.1 / 0.5 / 0.9 of remaining
+# work as the numpy path gave them (the two shortest are fallbacks: unknown, and WLS's
+# "never").
+LENGTHS = (1, 2, 3, 4, 6, 9, 14, 22, 35, 60, 100, 160)
+PINNED_QUANTILES = [
+    [np.nan, np.nan, np.nan],
+    [np.inf, np.inf, np.inf],
+    [9.717926737217262, 17.95962826152434, 44.431528331986435],
+    [1.4644487000988817, 5.493599095952083, 10.035429137694429],
+    [2.019988848900135, 3.8355460874067697, 7.071276783769302],
+    [4.382507460092389, 11.415886063552167, 21.927705450249945],
+    [24.352761983287895, 310.7056653645743, 1700.1988167990883],
+    [149.6090321901301, 450.04998618046716, 2112.0000000000005],
+    [106.33077301278306, 676.2143927680127, 2520.0000000000005],
+    [113.9542375744828, 848.3921821314418, 6979.813849005226],
+    [46.83033510007841, 252.197289795495, 1376.944902832303],
+    [304.260367765848, 2697.886441566972, 7786.3891248478585],
+]
+# (completed, expired, reassignments, wasted node-ticks) of flow_share with the shipped flow
+# model, episodes 0-3 of `mara evaluate --split val` at each load, as the numpy path gave them.
+PINNED_EPISODES = {
+    1.0: [(44, 6, 258, 371), (40, 10, 253, 464), (41, 12, 271, 555), (42, 10, 316, 534)],
+    1.5: [(46, 43, 256, 1152), (52, 28, 279, 825), (54, 29, 254, 878), (48, 26, 307, 825)],
+    2.0: [(55, 46, 261, 1070), (52, 54, 269, 1117), (51, 50, 257, 1130), (54, 50, 309, 1094)],
+}
+
+
+@pytest.fixture(scope="module")
+def prefixes() -> tuple[list[np.ndarray], list[np.ndarray]]:
+    traces = load_traces(split="val")
+    works, losses = [], []
+    for i, n in enumerate(LENGTHS):
+        steps, loss = traces.trace((37 * i) % len(traces))
+        works.append(steps[:n])
+        losses.append(loss[:n])
+    return works, losses
+
+
+def test_predictions_are_those_of_the_numpy_path(prefixes) -> None:
+    works, losses = prefixes
+    rw = load_predictor(n_samples=FLOW_SAMPLES).predict(
+        works, losses, np.array([0.9 * x.min() for x in losses])
+    )
+    assert rw.fallback.tolist() == [True, True] + [False] * (len(LENGTHS) - 2)
+    np.testing.assert_allclose(rw.quantiles((0.1, 0.5, 0.9)), PINNED_QUANTILES, rtol=1e-5)
+
+
+def test_flow_share_completes_what_it_did_with_the_numpy_path() -> None:
+    df = evaluate(
+        ["flow_share"],
+        loads=sorted(PINNED_EPISODES),
+        episodes=4,
+        config=ClusterConfig(split="val"),
+        workers=1,
+        progress=False,
+    )
+    keys = ["completed", "expired", "reassignments", "wasted_node_ticks"]
+    got = {
+        load: [tuple(int(v) for v in row) for row in group.sort_values("episode")[keys].values]
+        for load, group in df.groupby("load")
+    }
+    assert got == PINNED_EPISODES
+
+
+def test_batches_featurise_as_if_alone(prefixes) -> None:
+    """``fit_batches`` featurises each batch on its own alignment (a prefix's moving-average
+    curve left of its first report depends on how much shorter it is than the longest of
+    its batch): several batches in one call give each batch's own predictions."""
+    works, losses = (x[2:] for x in prefixes)  # long enough for the flow model
+    short = [0, 1, 2]  # a batch of the short prefixes alone ...
+    long = list(range(3, len(works)))  # ... and one of the long ones
+    alone = prefix_features([works[i] for i in short], [losses[i] for i in short])
+    mixed = prefix_features(works, losses)
+    assert not np.array_equal(alone, mixed[short])  # the alignment matters
+    cond, ref = prefix_conditions(works, losses, [len(short), len(long)])
+    np.testing.assert_array_equal(cond[short], alone)
+    np.testing.assert_array_equal(cond[long], prefix_features(works[3:], losses[3:]))
+    assert np.all(ref == [np.log(np.minimum.accumulate(x)[-1]) for x in losses])
+
+    flow = load_predictor(n_samples=FLOW_SAMPLES)
+    batches = [([works[i] for i in b], [losses[i] for i in b]) for b in (short, long)]
+    together = flow.fit_batches(batches)
+    for b, (w, v) in zip((short, long), batches):  # one ODE solve: BLAS blocks rows otherwise
+        np.testing.assert_allclose(together.traj[b], flow.fit(w, v).traj, rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="do not split"):
+        prefix_conditions(works, losses, [2, 2])
