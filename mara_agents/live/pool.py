@@ -41,6 +41,7 @@ def start_local_ray(num_nodes: int, num_cpus: int | None = None) -> None:
         )
     paths = [os.getcwd(), *[p for p in sys.path if p and os.path.isdir(p)]]
     ray.init(
+        address="local",  # a new Ray of our own, whatever RAY_ADDRESS an earlier one left
         num_cpus=num_cpus or os.cpu_count() or 1,
         resources={NODE_RESOURCE: num_nodes},
         include_dashboard=False,
