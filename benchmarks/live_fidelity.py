@@ -62,8 +62,11 @@ class ReplaySim(ClusterSim):
             self.workload.rate[:], self.workload.alpha[:] = self.estimate.rates()
 
 
-def measured_world(runs: dict[str, Path], jobs: JobFile) -> tuple[TraceSet, Workload, np.ndarray]:
-    """Traces and workload for the simulator from what the live runs recorded."""
+def measured_world(
+    runs: dict[str, Path], jobs: JobFile, slices: pd.DataFrame
+) -> tuple[TraceSet, Workload, np.ndarray]:
+    """Traces, workload and rate priors for the simulator from what the live runs recorded
+    (``slices``: every run's slices.csv)."""
     curves = [pd.read_csv(d / "curves.csv") for d in runs.values()]
     frames = []
     for job in jobs.jobs:  # every run's reports of the job, merged: the loss at a step is
@@ -76,7 +79,6 @@ def measured_world(runs: dict[str, Path], jobs: JobFile) -> tuple[TraceSet, Work
     table = pd.concat(frames, ignore_index=True).assign(split="test")
     traces = TraceSet.from_frame(table)
     order = {name: i for i, name in enumerate(traces.ids)}
-    slices = pd.concat([pd.read_csv(d / "slices.csv") for d in runs.values()])
     steady = slices[(slices["status"] == "ok") & (~slices["fresh"].astype(bool))]
     index = {j.name: k for k, j in enumerate(jobs.jobs)}
     with open(next(iter(runs.values())) / "journal.jsonl") as f:
@@ -132,8 +134,8 @@ def main() -> None:
             run_live(args.jobs, spec, args.nodes, args.tick_seconds, out, progress=True)
         runs[spec] = out
     jobs = load_job_file(args.jobs, args.tick_seconds, args.nodes)
-    traces, workload, prior = measured_world(runs, jobs)
     slices = pd.concat([pd.read_csv(d / "slices.csv").assign(scheduler=s) for s, d in runs.items()])
+    traces, workload, prior = measured_world(runs, jobs, slices)
     ok = slices[slices["status"] == "ok"]
     fresh, steady = ok[ok["fresh"].astype(bool)], ok[~ok["fresh"].astype(bool)]
     measured_cost = float(np.clip(fresh["setup_s"].median() / args.tick_seconds, 0.0, 1.0))

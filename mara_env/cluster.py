@@ -149,18 +149,16 @@ class ClusterState:
         stay = busy & (assign == self.node_task)
         n_busy, n_joins = int(busy.sum()), int(busy.sum() - stay.sum())
         cost = float(self.config.reassign_cost)  # share of its first tick a joining node loses
-        if cost == 0.0:
-            warm = total
-        else:
-            warm = np.bincount(assign[stay], minlength=n)
-            if cost < 1.0:  # joining nodes do part of a tick's work (float node counts)
-                warm = warm + (1.0 - cost) * (total - warm)
+        stayed = total if cost == 0.0 else np.bincount(assign[stay], minlength=n)
+        warm = stayed
+        if 0.0 < cost < 1.0:  # joining nodes do part of a tick's work (float node counts)
+            warm = stayed + (1.0 - cost) * (total - stayed)
         self.node_ticks_used += total
         self.stats.node_ticks_busy += n_busy
         self.stats.node_ticks_total += self.config.num_nodes
         self.stats.reassignments += n_joins
         if cost > 0.0 and n_joins:
-            self.warmup_used += total - np.bincount(assign[stay], minlength=n)
+            self.warmup_used += total - stayed
             self.stats.warmup_node_ticks += n_joins
 
         progressed = self._serve(assign, total, warm)

@@ -83,6 +83,9 @@ class ClusterConfig:
         def bad(name: str, expected: str) -> ConfigError:
             return ConfigError(f"config {name}={getattr(self, name)!r}: expected {expected}")
 
+        def number_in(v: Any, lo: float, hi: float) -> bool:
+            return isinstance(v, (int, float)) and not isinstance(v, bool) and lo <= v <= hi
+
         for name in ("num_nodes", "num_slots", "horizon", "ref_nodes"):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
@@ -113,21 +116,13 @@ class ClusterConfig:
             not isinstance(self.max_cycles, int) or self.max_cycles < 1
         ):
             raise bad("max_cycles", "None or a positive integer (decision rounds)")
-        if not (
-            isinstance(self.deadline_sigma, (int, float))
-            and not isinstance(self.deadline_sigma, bool)
-            and 0 <= self.deadline_sigma <= 3
-        ):
+        if not number_in(self.deadline_sigma, 0, 3):
             raise bad("deadline_sigma", "a number in [0, 3] (log-normal spread of deadlines)")
         if not (isinstance(self.shaping, (int, float)) and self.shaping >= 0):
             raise bad("shaping", "a number >= 0")
         if self.jobs_hours[0] == self.jobs_hours[1]:
             raise bad("jobs_hours", "a pair (first hour, last hour) of a day, first < last")
-        if not (
-            isinstance(self.jobs_cap_multiple, (int, float))
-            and not isinstance(self.jobs_cap_multiple, bool)
-            and 1 <= self.jobs_cap_multiple <= 64
-        ):
+        if not number_in(self.jobs_cap_multiple, 1, 64):
             raise bad("jobs_cap_multiple", "a number in [1, 64] (cap = multiple x the job's GPUs)")
         cost = self.reassign_cost
         if not (isinstance(cost, (bool, int, float)) and 0 <= cost <= 1):

@@ -31,7 +31,7 @@ import numpy as np
 
 from mara_agents.live.jobfile import JobFile
 from mara_agents.live.journal import Journal
-from mara_env.cluster import ACTIVE, EXPIRED, ClusterState
+from mara_env.cluster import ACTIVE, DONE, EXPIRED, ClusterState
 from mara_env.config import ClusterConfig
 from mara_env.throughput import ThroughputModel
 from mara_env.workload import Workload
@@ -268,7 +268,7 @@ class LiveCluster(ClusterState):
         return {
             "tick": self.t,
             "active": int((self.status == ACTIVE).sum()),
-            "done": int((self.status == 2).sum()),
+            "done": int((self.status == DONE).sum()),
             "expired": int((self.status == EXPIRED).sum()) - len(self.failed),
             "failed": len(self.failed),
             "busy": int((self.node_task >= 0).sum()),

@@ -14,6 +14,7 @@ journal and checkpoints that ``--resume`` continues from.
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -60,8 +61,12 @@ def run_live(
         raise ValueError(f"--tick-seconds {tick_seconds}: expected seconds in [0.2, 3600]")
     jobs = load_job_file(job_file, tick_seconds, nodes)
     journal = Journal(out)
-    settings = {"digest": jobs.digest, "scheduler": scheduler, "nodes": nodes}
-    settings["tick_seconds"] = float(tick_seconds)
+    settings = {
+        "digest": jobs.digest,
+        "scheduler": scheduler,
+        "nodes": nodes,
+        "tick_seconds": float(tick_seconds),
+    }
     start, ticks = None, []
     if resume:
         start, ticks = journal.read()
@@ -83,7 +88,7 @@ def run_live(
         pool_mod.start_local_ray(nodes)
     try:
         pool = pool_mod.RayPool(nodes, resource or pool_mod.NODE_RESOURCE, threads)
-        atomic_write(out / "workers.json", _json({"pids": pool.pids}))
+        atomic_write(out / "workers.json", json.dumps({"pids": pool.pids}).encode())
         bar = _Bar(jobs, progress, out / "tb")
         live = LiveCluster(jobs, pool, nodes, tick_seconds, journal, on_tick=bar.update)
         if resume:
@@ -122,7 +127,7 @@ def write_live_outputs(
 
     allocation = metrics.pop("allocation", None)
     row = {"scheduler": scheduler, "load": live.jobs.load, "episode": 0, "seed": 0}
-    row.update({k: v for k, v in metrics.items()})
+    row.update(metrics)
     row["base_seed"] = 0
     order = [*COLUMNS, *[k for k in row if k not in COLUMNS]]
     df = pd.DataFrame([row])[order]
@@ -203,12 +208,6 @@ def curve_table(live: LiveCluster) -> pd.DataFrame:
 
 def _write_csv(df: pd.DataFrame, path: Path) -> None:
     atomic_write(path, df.to_csv(index=False).encode())
-
-
-def _json(data: Any) -> bytes:
-    import json
-
-    return json.dumps(data).encode()
 
 
 class _Bar:
