@@ -178,30 +178,43 @@ class RoundEnv(gymnasium.Env):
         return self.engine.render_ansi()
 
 
-class MixedLoadRoundEnv(gymnasium.Env):
-    """Round envs that differ only in their load; each episode runs on the next in turn.
+class MixedRoundEnv(gymnasium.Env):
+    """Round envs that differ only in their load or workload; each episode runs on the next
+    in turn.
 
-    The envs share spaces, so a policy trains on a mix of loads without knowing which.
-    A seeded reset with seed ``s`` seeds every load's env (from
-    :class:`numpy.random.SeedSequence` children of ``s``) and runs on load
-    ``loads[s % len(loads)]``; each later episode runs on the next load in turn.  The same
-    seed gives the same sequence of episodes, and envs reset with different seeds (such as
-    the groups of :class:`mara_agents.training.group.GroupedEnvRunner`) spread over the loads.
-    :meth:`render` draws the env of the episode under way (its load in the header).
+    The envs share spaces, so a policy trains on a mix of loads (an experiment's
+    ``train_loads``) and of workloads (``train_jobs``: the synthetic one and replayed days
+    of a jobs table) without knowing which.  A seeded reset with seed ``s`` seeds every
+    env (from :class:`numpy.random.SeedSequence` children of ``s``) and runs on env
+    ``s % len(envs)``; each later episode runs on the next env in turn.  The same seed
+    gives the same sequence of episodes, and envs reset with different seeds (such as the
+    groups of :class:`mara_agents.training.group.GroupedEnvRunner`) spread over the mix.
+    :meth:`render` draws the env of the episode under way (its load and workload in the
+    header).
     """
 
     metadata = RoundEnv.metadata
 
     def __init__(self, envs: list[RoundEnv]) -> None:
         if not envs:
-            raise ValueError("MixedLoadRoundEnv: expected at least one env")
+            raise ValueError("MixedRoundEnv: expected at least one env")
         self.envs = envs
         self.observation_space = envs[0].observation_space
         self.action_space = envs[0].action_space
+        for env in envs[1:]:
+            if (env.observation_space, env.action_space) != (
+                self.observation_space,
+                self.action_space,
+            ):
+                raise ValueError(
+                    "MixedRoundEnv: the envs' spaces differ (expected the same num_nodes and "
+                    f"num_slots): {env.observation_space} against {self.observation_space}"
+                )
         self.loads = [e.engine.config.load for e in envs]
+        self.workloads = [e.engine.config.jobs for e in envs]
         modes = {e.render_mode for e in envs}
         if len(modes) > 1:
-            raise ValueError(f"MixedLoadRoundEnv: the envs' render modes differ: {modes}")
+            raise ValueError(f"MixedRoundEnv: the envs' render modes differ: {modes}")
         self.render_mode = modes.pop()
         self._next = 0
         self.current = envs[0]
@@ -228,4 +241,6 @@ class MixedLoadRoundEnv(gymnasium.Env):
         frame = self.current.render()
         if frame is None:
             return None
-        return f"load {self.current.engine.config.load:g}\n{frame}"
+        config = self.current.engine.config
+        workload = f"jobs {config.jobs}" if config.jobs else "synthetic"
+        return f"load {config.load:g}, {workload}\n{frame}"

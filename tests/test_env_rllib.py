@@ -39,13 +39,13 @@ def test_rllib_wrapper_episode_returns_completions_for_every_agent():
 
 def test_mixed_load_round_env_cycles_loads_and_repeats_with_its_seed():
     from mara_agents.training.rllib_env import round_env_creator
-    from mara_env.round_env import MixedLoadRoundEnv
+    from mara_env.round_env import MixedRoundEnv
 
     config = {"cluster": dict(SMALL), "wrapper": "none", "loads": [0.5, 2.0]}
 
     def run(seed: int) -> tuple[list[float], list[np.ndarray]]:
         e = round_env_creator(config)
-        assert isinstance(e, MixedLoadRoundEnv) and e.loads == [0.5, 2.0]
+        assert isinstance(e, MixedRoundEnv) and e.loads == [0.5, 2.0]
         loads, firsts = [], []
         for episode in range(4):
             obs, _ = e.reset(seed=seed if episode == 0 else None)
@@ -68,16 +68,36 @@ def test_mixed_load_round_env_cycles_loads_and_repeats_with_its_seed():
 
 def test_mixed_load_round_env_renders_the_episode_under_way():
     from mara_agents.training.rllib_env import round_env_creator
-    from mara_env.round_env import MixedLoadRoundEnv, RoundEnv
+    from mara_env.round_env import MixedRoundEnv, RoundEnv
 
     config = {"cluster": dict(SMALL), "wrapper": "none", "loads": [0.5, 2.0]}
     e = round_env_creator({**config, "render_mode": "ansi"})
     e.reset(seed=1)
     e.step(np.zeros(SMALL["num_nodes"], np.int64))
     frame = e.render()
-    assert frame.startswith("load 2\n") and frame.endswith(e.current.engine.render_ansi())
+    assert frame.startswith("load 2, synthetic\n")
+    assert frame.endswith(e.current.engine.render_ansi())
     with pytest.warns(UserWarning, match="render_mode"):  # no render mode: no frame
         assert round_env_creator(config).render() is None
     quiet, loud = (RoundEnv(render_mode=m, **SMALL) for m in (None, "ansi"))
     with pytest.raises(ValueError, match="render modes differ"):
-        MixedLoadRoundEnv([quiet, loud])
+        MixedRoundEnv([quiet, loud])
+    with pytest.raises(ValueError, match="spaces differ"):
+        MixedRoundEnv([quiet, RoundEnv(**{**SMALL, "num_nodes": SMALL["num_nodes"] + 1})])
+
+
+def test_mixed_round_env_crosses_loads_with_workloads():
+    """``train_jobs`` crossed with ``train_loads``: synthetic and replayed episodes take
+    turns, in the order of the loads, then the workloads."""
+    from mara_agents.training.rllib_env import round_env_creator
+
+    config = {"cluster": dict(SMALL), "wrapper": "none", "loads": [1.0, 2.0]}
+    e = round_env_creator({**config, "jobs": [None, "philly"]})
+    assert e.loads == [1.0, 1.0, 2.0, 2.0] and e.workloads == [None, "philly"] * 2
+    seen = []
+    for episode in range(4):
+        e.reset(seed=8 if episode == 0 else None)
+        seen.append((e.current.engine.config.load, e.current.engine.config.jobs))
+    assert seen == [(1.0, None), (1.0, "philly"), (2.0, None), (2.0, "philly")]
+    replayed = round_env_creator({**config, "jobs": ["philly"]})
+    assert replayed.workloads == ["philly", "philly"]

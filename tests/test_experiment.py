@@ -300,6 +300,11 @@ def test_base_errors_name_the_file_and_key(tmp_path: Path) -> None:
         ({"view": "round", "train_loads": [1.0, 0]}, ["train_loads=[1.0, 0]", "(0, 100]"]),
         ({"view": "round", "train_loads": 1.5}, ["train_loads=1.5"]),
         ({"train_loads": [1.0, 2.0]}, ["train_loads=[1.0, 2.0]", "view 'round'"]),
+        ({"view": "round", "train_jobs": []}, ["train_jobs=[]", "non-empty list"]),
+        ({"view": "round", "train_jobs": [None, 3]}, ["train_jobs=[None, 3]", "workloads"]),
+        ({"view": "round", "train_jobs": ["alibaba"]}, ["train_jobs", "'alibaba'", "parquet"]),
+        ({"view": "round", "train_jobs": ["no.parquet"]}, ["train_jobs", "no.parquet", "existing"]),
+        ({"train_jobs": [None, "philly"]}, ["train_jobs=[None, 'philly']", "view 'round'"]),
         ({"advantage": {"estimator": "rloo"}}, ["advantage.estimator='rloo'", "'group_gae'"]),
         ({"advantage": {"group_size": 1}}, ["advantage.group_size=1", "integer >= 2"]),
         ({"advantage": {"size": 4}}, ["advantage", "unknown key", "group_size"]),
@@ -337,6 +342,9 @@ def test_out_and_input_files_are_checked(tmp_path: Path) -> None:
     exp = parse_experiment({**MINIMAL, "env": {**MINIMAL["env"], "traces": "/no/t.parquet"}})
     with pytest.raises(ConfigError, match=r"env.traces='/no/t.parquet'.*no such trace file"):
         check_inputs(exp)
+    heavy = {**MINIMAL, "view": "round", "train_jobs": [None, "philly"], "train_loads": [1, 99]}
+    with pytest.raises(ConfigError, match=r"train_jobs: 'philly' at load 99: .*no train day"):
+        check_inputs(parse_experiment(heavy))
 
 
 def test_resume_refuses_a_changed_experiment(tmp_path: Path) -> None:
@@ -369,6 +377,11 @@ def test_train_loads_reach_the_env_config_and_only_then_the_record() -> None:
     mixed = parse_experiment({**MINIMAL, "view": "round", "train_loads": [1, 1.5]})
     assert mixed.env_config()["loads"] == [1.0, 1.5]
     assert experiment_record(mixed)["train_loads"] == [1.0, 1.5]
+    assert "jobs" not in plain.env_config() and "train_jobs" not in experiment_record(plain)
+    both = parse_experiment({**MINIMAL, "view": "round", "train_jobs": [None, "philly"]})
+    assert both.env_config()["jobs"] == [None, "philly"]
+    record = experiment_record(both)
+    assert record["train_jobs"] == [None, "philly"] and "jobs_hours" in record["env"]
 
 
 def test_group_advantage_reaches_the_config_and_only_then_the_record() -> None:

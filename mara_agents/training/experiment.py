@@ -18,6 +18,8 @@ they may come from a base file)::
     checkpoint: {...}         # CheckpointConfig keys
     train_loads: [1.0, 2.0]   # round view: training episodes take turns over these loads
                               # (default: env.load alone); cloning and evaluation use env.load
+    train_jobs: [null, philly]  # round view: ... and over these workloads (null: the
+                              # synthetic one; a jobs table as env.jobs), crossed with the loads
     advantage: {...}          # AdvantageConfig keys: PPO's advantage estimator (round view)
 
 With ``base``, the file's mappings are merged key by key into the base's (chains of bases
@@ -148,6 +150,8 @@ class Experiment:
     checkpoint: CheckpointConfig = CheckpointConfig()
     # Loads the training episodes cycle through (round view only; empty: ``env.load``).
     train_loads: tuple[float, ...] = ()
+    # Workloads they cycle through too, crossed with the loads (None: the synthetic one).
+    train_jobs: tuple[str | None, ...] = ()
     advantage: AdvantageConfig = AdvantageConfig()
     path: str | None = None
 
@@ -161,6 +165,8 @@ class Experiment:
         }
         if self.train_loads:
             config["loads"] = list(self.train_loads)
+        if self.train_jobs:
+            config["jobs"] = list(self.train_jobs)
         return config
 
     def tune_stop(self) -> dict[str, float]:
@@ -270,6 +276,13 @@ TOP_LEVEL: dict[str, Rule] = {
             or (isinstance(v, list) and bool(v) and all(is_number(x) and 0 < x <= 100 for x in v))
         ),
         "a non-empty list of loads in (0, 100]",
+    ),
+    "train_jobs": Rule(
+        lambda v: (
+            v is None
+            or (isinstance(v, list) and bool(v) and all(x is None or isinstance(x, str) for x in v))
+        ),
+        "a non-empty list of workloads (null: the synthetic one, or a jobs table as env.jobs)",
     ),
 }
 
@@ -426,6 +439,17 @@ def parse_experiment(data: Any, where: str = "experiment") -> Experiment:
             f"{where}: train_loads={list(train_loads)} with view={view!r}: "
             "expected view 'round' (the node view trains at env.load)"
         )
+    train_jobs = tuple(data.get("train_jobs") or ())
+    if train_jobs and view != "round":
+        raise ConfigError(
+            f"{where}: train_jobs={list(train_jobs)} with view={view!r}: "
+            "expected view 'round' (the node view trains on env.jobs)"
+        )
+    for jobs in train_jobs:
+        try:
+            env.replace(jobs=jobs)
+        except ConfigError as e:
+            raise ConfigError(f"{where}: train_jobs: {e}") from None
     advantage = _section(AdvantageConfig, data.get("advantage"), f"{where}: advantage")
     if advantage.estimator != "gae" and view != "round":
         raise ConfigError(
@@ -446,6 +470,7 @@ def parse_experiment(data: Any, where: str = "experiment") -> Experiment:
         rllib={m: dict(kw) for m, kw in (data.get("rllib") or {}).items()},
         checkpoint=_section(CheckpointConfig, data.get("checkpoint"), f"{where}: checkpoint"),
         train_loads=train_loads,
+        train_jobs=train_jobs,
         advantage=advantage,
     )
 

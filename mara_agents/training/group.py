@@ -28,7 +28,7 @@ a critic that cannot foresee arrivals leaves that spread in every GAE advantage.
   GAE (``group_gae``).  Advantages are standardised over the batch, as RLlib's GAE does.
 
 The group's episodes are found by the ``workload_seed`` in their reset info
-(:class:`mara_env.round_env.MixedLoadRoundEnv` and :class:`mara_env.round_env.RoundEnv`
+(:class:`mara_env.round_env.MixedRoundEnv` and :class:`mara_env.round_env.RoundEnv`
 report the seed of a seeded reset).
 """
 

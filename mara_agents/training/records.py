@@ -18,8 +18,9 @@ RECORD = "experiment.yaml"
 
 
 def check_inputs(exp: Experiment) -> None:
-    """The files a run reads exist and load: ``env.traces`` (its split), ``env.jobs`` (days
-    of its split that carry ``env.load``), ``init_weights``."""
+    """The files a run reads exist and load: ``env.traces`` (its split), ``env.jobs`` and
+    each of ``train_jobs`` (days of its split that carry each training load),
+    ``init_weights``."""
     from mara_env.jobs import JobsError, replay_summary
     from mara_env.traces import TraceError, load_traces
 
@@ -34,6 +35,12 @@ def check_inputs(exp: Experiment) -> None:
             replay_summary(env)
         except JobsError as e:
             raise ConfigError(f"{where}: env.jobs={env.jobs!r}: {e}") from None
+    for jobs in (j for j in exp.train_jobs if j is not None):
+        for load in exp.train_loads or (env.load,):
+            try:
+                replay_summary(env.replace(jobs=jobs, load=load))
+            except JobsError as e:
+                raise ConfigError(f"{where}: train_jobs: {jobs!r} at load {load:g}: {e}") from None
     init = exp.pretrain.init_weights
     if init and not Path(init).is_file():
         raise ConfigError(
@@ -58,9 +65,11 @@ def experiment_record(exp: Experiment) -> dict[str, Any]:
     data = {k: v for k, v in dataclasses.asdict(exp).items() if k != "path"}
     if not data["train_loads"]:  # runs recorded before the key existed compare equal
         del data["train_loads"]
+    if not data["train_jobs"]:  # likewise
+        del data["train_jobs"]
     if data["advantage"] == dataclasses.asdict(AdvantageConfig()):  # likewise
         del data["advantage"]
-    if data["env"]["jobs"] is None:  # likewise: without jobs, their settings are unused
+    if data["env"]["jobs"] is None and "train_jobs" not in data:  # likewise: unused then
         for key in [k for k in data["env"] if k.startswith("jobs")]:
             del data["env"][key]
     if data["env"]["throughput"] == "known":  # likewise: the default before the key existed

@@ -8,8 +8,9 @@ predictor observation wrapper, :func:`flow_predictor.wrapper.wrap`) to RLlib:
   (one RLlib step per node decision);
 * :data:`ROUND_ENV_ID`: :class:`mara_env.round_env.RoundEnv` over that same (wrapped) AEC
   env, a single-agent env whose step is one decision round of all nodes.  With
-  ``env_config["loads"]`` (an experiment's ``train_loads``) it is a :class:`MixedLoadRoundEnv`
-  whose episodes cycle through those loads (both in ``mara_env.round_env``; the
+  ``env_config["loads"]`` or ``env_config["jobs"]`` (an experiment's ``train_loads`` and
+  ``train_jobs``) it is a :class:`MixedRoundEnv` whose episodes cycle through those loads
+  and workloads (both in ``mara_env.round_env``; the
   wrapped AEC env comes from :func:`flow_predictor.wrapper.make_wrapped_env`).
 
 An env runner with :data:`VECTOR_MODE` (``config.env_runners(gym_env_vectorize_mode=...)``)
@@ -32,7 +33,7 @@ from ray.tune.registry import register_env
 
 from flow_predictor.wrapper import features_together, make_predictor, make_wrapped_env
 from mara_env import ENV_ID
-from mara_env.round_env import MixedLoadRoundEnv, RoundEnv
+from mara_env.round_env import MixedRoundEnv, RoundEnv
 
 ROUND_ENV_ID = "mara/ComputeClusterRounds-v0"
 # RLlib's setting that makes an env runner build its envs through the creator at once
@@ -44,23 +45,28 @@ def env_creator(env_config: dict[str, Any]) -> PettingZooEnv:
     return PettingZooEnv(make_wrapped_env(dict(env_config)))
 
 
-def _round_env(config: dict[str, Any], predictor: Any) -> RoundEnv | MixedLoadRoundEnv:
-    """One round env of ``config`` (its loads taking turns), wrapped with ``predictor``."""
+def _round_env(config: dict[str, Any], predictor: Any) -> RoundEnv | MixedRoundEnv:
+    """One round env of ``config`` (its loads and workloads taking turns), wrapped with
+    ``predictor``."""
     loads = config.pop("loads", None)
+    workloads = config.pop("jobs", None)
     mode = config.pop("render_mode", None)
-    if not loads:
+    if not loads and not workloads:
         return RoundEnv(make_wrapped_env(config, predictor), render_mode=mode)
+    base = config.get("cluster", {})
     envs = []
-    for load in loads:
-        cluster = {**config.get("cluster", {}), "load": float(load)}
-        aec = make_wrapped_env({**config, "cluster": cluster}, predictor)
-        envs.append(RoundEnv(aec, render_mode=mode))
-    return MixedLoadRoundEnv(envs)
+    for load in loads or [base.get("load", 1.0)]:
+        for jobs in workloads or [base.get("jobs")]:
+            cluster = {**base, "load": float(load), "jobs": jobs}
+            aec = make_wrapped_env({**config, "cluster": cluster}, predictor)
+            envs.append(RoundEnv(aec, render_mode=mode))
+    return MixedRoundEnv(envs)
 
 
-def round_env_creator(env_config: dict[str, Any]) -> RoundEnv | MixedLoadRoundEnv | RoundVectorEnv:
+def round_env_creator(env_config: dict[str, Any]) -> RoundEnv | MixedRoundEnv | RoundVectorEnv:
     """RLlib env creator: one decision round of all nodes per step, over the same env
-    (with ``env_config["loads"]``: one such env per load, episodes taking turns;
+    (with ``env_config["loads"]`` and/or ``env_config["jobs"]``: one such env per load and
+    workload, episodes taking turns;
     ``env_config["render_mode"]``: ``"ansi"`` or None; ``env_config["num_envs"]``: that many
     such envs as one :class:`RoundVectorEnv`)."""
     config = dict(env_config)
@@ -80,7 +86,7 @@ class RoundVectorEnv(SyncVectorEnv):
     by one, with one predictor call per step instead of one per env.
     """
 
-    def __init__(self, envs: list[RoundEnv | MixedLoadRoundEnv]) -> None:
+    def __init__(self, envs: list[RoundEnv | MixedRoundEnv]) -> None:
         super().__init__([lambda env=env: env for env in envs])
 
     def step(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict]:
@@ -96,7 +102,7 @@ class RoundVectorEnv(SyncVectorEnv):
                 self._env_obs[i], info = env.reset()
                 self._rewards[i], self._terminations[i], self._truncations[i] = 0.0, False, False
             else:
-                rounds = env.current if isinstance(env, MixedLoadRoundEnv) else env
+                rounds = env.current if isinstance(env, MixedRoundEnv) else env
                 self._rewards[i], info = rounds.play(action)
                 # RoundEnv.step's flags: the engine truncates only an episode not yet done
                 self._terminations[i] = rounds.engine.sim.done
