@@ -4,7 +4,7 @@ How to run::
 
     python benchmarks/checkpoint_curve.py runs/mara_scratch/PPO_xxx [--every 2]
         [--episodes 8] [--loads 1.0] [--split val] [--baselines uniform,edf,random]
-        [--out runs/scratch_val_curve]
+        [--nodes N] [--jobs philly] [--out runs/scratch_val_curve]
 
 Training logs the completion rate of its own (sampled, train-split) episodes; this
 exports every ``--every``-th checkpoint of a trial (``checkpoint_*`` directories, in
@@ -12,7 +12,9 @@ order; keep them with ``checkpoint.keep``), evaluates each with the harness on t
 ``--episodes`` episodes per load (common random numbers) together with the baselines, and
 writes ``OUT/curve.csv`` (one row per checkpoint x load: training iteration, training
 time, node decisions, mean completion rate and its 95 % interval) and ``OUT/curve.png``.
-The training time of a checkpoint is read from the trial's ``result.json``.
+The training time of a checkpoint is read from the trial's ``result.json``.  By default
+the episodes are the training env's cluster size and workload; ``--nodes`` and ``--jobs``
+(replayed days of a job trace, ``--split``'s days) change them.
 """
 
 from __future__ import annotations
@@ -78,7 +80,8 @@ def plot_curve(curve: pd.DataFrame, refs: dict, path: Path, what: str) -> None:
             color="dimgray",
         )
     ax.set_xlabel("training time (minutes)")
-    ax.set_ylabel(f"completion rate ({what})")
+    ax.set_ylabel("completion rate")
+    ax.set_title(what, fontsize=9)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="lower center")
     fig.tight_layout()
@@ -104,6 +107,15 @@ def main() -> None:
     p.add_argument("--split", default="val", help="trace split of the evaluation episodes")
     p.add_argument("--baselines", default="uniform,edf,random", help="schedulers to add")
     p.add_argument("--workers", type=int, default=2, help="evaluation processes")
+    p.add_argument(
+        "--nodes", type=int, default=None, help="cluster size (default: the training env's)"
+    )
+    p.add_argument(
+        "--jobs",
+        default=None,
+        help="replay days of this job trace ('philly' or a `mara jobs import` table) "
+        "instead of the synthetic workload",
+    )
     p.add_argument("--out", type=Path, default=None, help="output directory (default: TRIAL)")
     p.add_argument(
         "--replot",
@@ -111,12 +123,13 @@ def main() -> None:
         help="only redraw OUT/curve.png from the CSVs an earlier run wrote",
     )
     args = p.parse_args()
-    what = f"{args.split}, greedy, {args.episodes} episodes"
+    what = f"{args.split}{', ' + args.jobs + ' days' if args.jobs else ''}, greedy, "
+    what += f"{args.episodes} episodes" + (f", {args.nodes} nodes" if args.nodes else "")
     if args.replot:
         replot(args.out or args.trial, what)
         return
-    if args.every < 1 or args.episodes < 1:
-        p.error("--every and --episodes: expected integers >= 1")
+    if args.every < 1 or args.episodes < 1 or (args.nodes is not None and args.nodes < 1):
+        p.error("--every, --episodes and --nodes: expected integers >= 1")
     loads = [float(x) for x in args.loads.split(",")]
     out = args.out or args.trial
     out.mkdir(parents=True, exist_ok=True)
@@ -128,13 +141,15 @@ def main() -> None:
         specs = [f"mara={path}" for path in paths]
         # every checkpoint of a run has the first one's cluster and slots
         policy = load_policy(paths[0])
-        num_slots, env = policy.net.layout.num_slots, policy.meta.get("env", {})
+        nodes = args.nodes or policy.trained_nodes
+        env = policy.meta.get("env", {})
         base = [s for s in args.baselines.split(",") if s]
         config = ClusterConfig(
-            num_nodes=env.get("num_nodes", 16),
-            num_slots=num_slots,
+            num_nodes=nodes,
+            num_slots=policy.slots_for(nodes),
             horizon=env.get("horizon", 120),
             split=args.split,
+            jobs=args.jobs,
         )
         df = evaluate(
             [*specs, *base],
