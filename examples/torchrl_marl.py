@@ -81,7 +81,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
 import pettingzoo
 import torch
@@ -106,11 +105,15 @@ from torchrl.objectives import SoftUpdate, ValueEstimators
 from torchrl.objectives.multiagent import IPPOLoss, MAPPOLoss, QMixerLoss
 
 import mara_env
-from mara_agents.evaluation.runner import episode_seed
-from mara_agents.evaluation.stats import mean_ci
+from mara_agents.evaluation.references import (
+    completion_summary,
+    env_kwargs,
+    episode_figures,
+    episode_seeds,
+    mean_of,
+    reference_episodes,
+)
 from mara_env import marl
-from mara_env.cluster_env import play_random
-from mara_env.schedulers import SCHEDULERS, run_episode
 
 GROUP = "node"  # TorchRL groups agents named "node_<i>" under this key
 OBS = (GROUP, "observation", "observation")  # a node's policy input
@@ -169,29 +172,11 @@ class Config:
 
     def env_kwargs(self, split: str) -> dict[str, Any]:
         """Keyword arguments of the registered env for one trace split."""
-        return {
-            "num_nodes": self.nodes,
-            "num_slots": self.slots,
-            "load": self.load,
-            "horizon": self.horizon,
-            "split": split,
-        }
+        return env_kwargs(self, split)
 
     def eval_seeds(self, episodes: int) -> list[int]:
         """The harness's seeds of the first ``episodes`` evaluation episodes."""
-        return [episode_seed(self.eval_seed, self.load, i) for i in range(episodes)]
-
-
-def episode_figures(metrics: dict[str, Any], idled: int = 0, bumped: int = 0) -> dict[str, float]:
-    """What the evaluation reports of one episode, from the simulator's ``metrics()`` and
-    the counts of choices that were idled (masked out, or lost a race) or bumped."""
-    ticks = max(metrics["ticks"], 1)
-    return {
-        "completion": metrics["completion_rate"],
-        "moves_per_tick": metrics["reassignments"] / ticks,
-        "idled_per_tick": idled / ticks,
-        "bumped_per_tick": bumped / ticks,
-    }
+        return episode_seeds(self.eval_seed, self.load, episodes)
 
 
 class EpisodeLog(BaseParallelWrapper):
@@ -424,12 +409,6 @@ def play(env: PettingZooWrapper, log: EpisodeLog, policy: Any, seeds: list[int])
     return log.episodes[start:]
 
 
-def _mean(episodes: list[dict[str, float]], key: str = "completion") -> float:
-    # an episode without tasks has no completion rate (nan)
-    values = np.array([e[key] for e in episodes], float)
-    return float(np.nanmean(values)) if np.isfinite(values).any() else float("nan")
-
-
 def train(
     cfg: Config, learner: Learner, env: PettingZooWrapper, log: EpisodeLog, evaluate: Callable
 ) -> tuple[pd.DataFrame, float]:
@@ -456,7 +435,7 @@ def train(
                 "frames": frames,
                 "ticks": log.ticks,
                 "train_episodes": len(finished),
-                "train_completion": _mean(finished),
+                "train_completion": mean_of(finished),
                 "val_completion": val,
             }
         )
@@ -530,35 +509,21 @@ def run(cfg: Config) -> dict[str, Any]:
     val_env, val_log = make_env(cfg, cfg.eval_split, cfg.eval_seed)
     curve_seeds = cfg.eval_seeds(cfg.curve_episodes)
     curve, train_s = train(
-        cfg, learner, env, log, lambda policy: _mean(play(val_env, val_log, policy, curve_seeds))
+        cfg, learner, env, log, lambda policy: mean_of(play(val_env, val_log, policy, curve_seeds))
     )
 
     seeds = cfg.eval_seeds(cfg.episodes)
     episodes = {
         cfg.algorithm: play(val_env, val_log, learner.greedy, seeds),
         "random_actions": play(val_env, val_log, None, seeds),
-        "random_policy": [],
+        **reference_episodes(cfg.env_kwargs(cfg.eval_split), seeds),
     }
-    aec = mara_env.env(**cfg.env_kwargs(cfg.eval_split))
-    for s in seeds:
-        play_random(aec, s)
-        episodes["random_policy"].append(episode_figures(aec.unwrapped.engine.sim.metrics()))
-    engine = aec.unwrapped.engine
-    for name, scheduler in SCHEDULERS.items():
-        episodes[name] = [
-            episode_figures(run_episode(scheduler(), engine.config, engine.traces, s))
-            for s in seeds
-        ]
     result: dict[str, Any] = {
         "frames": int(curve["frames"].iloc[-1]),
         "ticks": int(curve["ticks"].iloc[-1]),
         "train_seconds": train_s,
+        **completion_summary(episodes),
     }
-    for name, figures in episodes.items():
-        mean, half = mean_ci(np.array([e["completion"] for e in figures]))
-        result[name], result[f"{name}_ci95"] = mean, half
-        for key in ("moves_per_tick", "idled_per_tick", "bumped_per_tick"):
-            result[f"{name}_{key}"] = _mean(figures, key)
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
     curve.to_csv(out / "curve.csv", index=False)
