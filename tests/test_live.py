@@ -93,11 +93,9 @@ def test_the_shipped_policy_schedules_real_jobs(tmp_path):
     from mara_agents.live.run import run_live
 
     out = tmp_path / "live"
-    t0 = time.perf_counter()
     df = run_live(_jobs(tmp_path, EASY), "mara", 3, 1.0, out, progress=False)
-    wall = time.perf_counter() - t0
     assert list(df.columns[: len(COLUMNS)]) == list(COLUMNS)
-    assert df.loc[0, "tasks"] == 4 and wall < 90
+    assert df.loc[0, "tasks"] == 4
     results = pd.read_csv(out / "results.csv")
     assert results.loc[0, "scheduler"] == "mara" and results.loc[0, "completed"] >= 1
     jobs = pd.read_csv(out / "jobs.csv")
