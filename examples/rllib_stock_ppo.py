@@ -64,8 +64,9 @@ K=32, load 1.0, horizon 120, seed 0, defaults otherwise; 30 val episodes, seeds
     --env stay --minutes 25   14 iterations, 56k ticks, 1589 s
         greedy 0.619 ± 0.037 (untrained 0.568 ± 0.028), sampled 0.287 ± 0.053;
         greedy minus the random scheduler, paired: +0.106 ± 0.031
-    --env plain --minutes 1.2   10 iterations, 2.5k ticks, 75 s
-        greedy 0.061 ± 0.015 (untrained 0.219 ± 0.025)
+    --env plain --minutes 20   151 iterations, 38k ticks, 1200 s (2 cores alone)
+        greedy 0.085 ± 0.018 (untrained 0.219 ± 0.025), sampled 0.085 ± 0.017;
+        greedy minus the random scheduler, paired: -0.428 ± 0.038
 
 On the same episodes uniform share completes 0.806 ± 0.028, EDF 0.750 ± 0.041, the
 ``random`` scheduler 0.513 ± 0.042 and the random policy 0.049 ± 0.012.  An iteration of
