@@ -434,17 +434,16 @@ def parse_experiment(data: Any, where: str = "experiment") -> Experiment:
         raise ConfigError(f"{where}: env: {e}") from None
     view = data.get("view", "node")
     train_loads = tuple(float(x) for x in data.get("train_loads") or ())
-    if train_loads and view != "round":
-        raise ConfigError(
-            f"{where}: train_loads={list(train_loads)} with view={view!r}: "
-            "expected view 'round' (the node view trains at env.load)"
-        )
     train_jobs = tuple(data.get("train_jobs") or ())
-    if train_jobs and view != "round":
-        raise ConfigError(
-            f"{where}: train_jobs={list(train_jobs)} with view={view!r}: "
-            "expected view 'round' (the node view trains on env.jobs)"
-        )
+    for key, mix, alone in (
+        ("train_loads", train_loads, "at env.load"),
+        ("train_jobs", train_jobs, "on env.jobs"),
+    ):
+        if mix and view != "round":
+            raise ConfigError(
+                f"{where}: {key}={list(mix)} with view={view!r}: "
+                f"expected view 'round' (the node view trains {alone})"
+            )
     for jobs in train_jobs:
         try:
             env.replace(jobs=jobs)

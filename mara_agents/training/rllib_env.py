@@ -53,13 +53,15 @@ def _round_env(config: dict[str, Any], predictor: Any) -> RoundEnv | MixedRoundE
     mode = config.pop("render_mode", None)
     if not loads and not workloads:
         return RoundEnv(make_wrapped_env(config, predictor), render_mode=mode)
-    base = config.get("cluster", {})
+    # each env's changes to the cluster config: a load, then a workload, in turn
+    mix = [{"load": float(load)} for load in loads] if loads else [{}]
+    if workloads:
+        mix = [{**change, "jobs": jobs} for change in mix for jobs in workloads]
     envs = []
-    for load in loads or [base.get("load", 1.0)]:
-        for jobs in workloads or [base.get("jobs")]:
-            cluster = {**base, "load": float(load), "jobs": jobs}
-            aec = make_wrapped_env({**config, "cluster": cluster}, predictor)
-            envs.append(RoundEnv(aec, render_mode=mode))
+    for change in mix:
+        cluster = {**config.get("cluster", {}), **change}
+        aec = make_wrapped_env({**config, "cluster": cluster}, predictor)
+        envs.append(RoundEnv(aec, render_mode=mode))
     return MixedRoundEnv(envs)
 
 
