@@ -14,3 +14,11 @@ class Exploding(VisionTrainer):
         super().after_step()
         if self.steps >= FAIL_AT:
             raise ValueError(f"loss is NaN at step {self.steps} (the job's own bug)")
+
+
+class ExplodingAtOnce(Exploding):
+    """Raises on its first training step: inside the probe, before the run starts."""
+
+    def after_step(self) -> None:
+        VisionTrainer.after_step(self)
+        raise ValueError(f"loss is NaN at step {self.steps} (the job's own bug)")

@@ -123,15 +123,20 @@ def test_the_shipped_policy_schedules_real_jobs(tmp_path):
     assert list((out / "tb").glob("events.out.tfevents.*"))
 
 
-def test_a_job_that_raises_fails_alone(tmp_path):
+@pytest.mark.parametrize(
+    "trainer, step",
+    [("Exploding", 20), ("ExplodingAtOnce", 1)],
+    ids=["mid-run or in the probe", "in the probe"],
+)
+def test_a_job_that_raises_fails_alone(tmp_path, trainer, step):
     from mara_agents.live.run import run_live
 
-    text = JOBS.replace("trainer: rl,", "trainer: 'tests.live_trainers:Exploding',")
+    text = JOBS.replace("trainer: rl,", f"trainer: 'tests.live_trainers:{trainer}',")
     out = tmp_path / "live"
     run_live(_jobs(tmp_path, text), "uniform", 3, 1.0, out, progress=False)
     jobs = pd.read_csv(out / "jobs.csv").set_index("job")
     assert jobs.loc["rl-a", "outcome"] == "failed"
-    assert "loss is NaN at step 20" in jobs.loc["rl-a", "error"]
+    assert f"loss is NaN at step {step}" in jobs.loc["rl-a", "error"]
     others = jobs.drop(index="rl-a")
     assert (others["outcome"] != "failed").all() and (others["steps"] > 0).all()
 

@@ -102,10 +102,14 @@ class LiveCluster(ClusterState):
         families = sorted({p["family"] for p in probes})
         self._family = np.array([p["family"] for p in probes])
         n = len(jobs)
+        rate_prior = np.array([p["steps_per_s"] * self.tick_seconds for p in probes])
+        measured = np.isfinite(rate_prior) & (rate_prior > 0)
+        # a job whose probe raised never runs; its prior only has to be a valid number
+        fill = float(np.median(rate_prior[measured])) if measured.any() else 1.0
         self.throughput = ThroughputModel(
             np.searchsorted(families, self._family),
             alpha_prior=float(np.mean(self.config.alpha_range)),
-            rate_prior=np.array([p["steps_per_s"] * self.tick_seconds for p in probes]),
+            rate_prior=np.where(measured, rate_prior, fill),
         )
         rate, alpha = self.throughput.rates()
         unknown = np.full(n, np.nan)
@@ -129,7 +133,7 @@ class LiveCluster(ClusterState):
         self._lost_streak = np.zeros(n, np.int64)
         self._state: list[bytes | None] = [None] * n
         self._state_path: list[str | None] = [None] * n
-        self.failed: dict[int, str] = {}
+        self.failed = {k: p["error"] for k, p in enumerate(probes) if p.get("error")}
         self.slices: list[dict[str, Any]] = []
         self._start(workload, np.array([p["loss0"] for p in probes]))
 
@@ -175,6 +179,8 @@ class LiveCluster(ClusterState):
             return self._apply(outcomes)
         slices = []
         for k in np.flatnonzero(total).tolist():
+            if k in self.failed:  # its probe raised: no slice for it, it leaves this tick
+                continue
             nodes = tuple(np.flatnonzero(assign == k).tolist())
             fresh = nodes != self._members[k] or bool(self._broken[k])
             if fresh:

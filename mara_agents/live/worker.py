@@ -60,21 +60,32 @@ class NodeWorker:
         return f"tcp://{host}:{port}"
 
     def probe(self, spec: dict[str, Any], seconds: float) -> dict[str, float]:
-        """A fresh copy of the job: its loss before training and its one-node steps/s."""
+        """A fresh copy of the job: its loss before training and its one-node steps/s.
+
+        A job that cannot be built raises (the run cannot start); one whose training step
+        raises comes back with ``error`` set and ``steps_per_s`` NaN when no step finished:
+        the run marks that job failed and goes on without it."""
         t0 = time.perf_counter()
         trainer = make_trainer(spec["trainer"], spec["params"], spec["seed"])
         loss0 = float(trainer.evaluate())
         built = time.perf_counter()
-        steps = 0
+        steps, error = 0, ""
         while steps < 2 or time.perf_counter() - built < seconds:
-            train_step(trainer)
+            try:
+                train_step(trainer)
+            except Exception as exc:  # the job's own bug: it fails alone
+                error = f"{type(exc).__name__}: {exc}"
+                break
             steps += 1
-        return {
+        out = {
             "family": trainer.family,
             "loss0": loss0,
-            "steps_per_s": steps / (time.perf_counter() - built),
+            "steps_per_s": steps / (time.perf_counter() - built) if steps else float("nan"),
             "build_s": built - t0,
         }
+        if error:
+            out["error"] = error
+        return out
 
     def _release(self) -> None:
         if dist.is_initialized():
