@@ -345,6 +345,11 @@ def test_out_and_input_files_are_checked(tmp_path: Path) -> None:
     heavy = {**MINIMAL, "view": "round", "train_jobs": [None, "philly"], "train_loads": [1, 99]}
     with pytest.raises(ConfigError, match=r"train_jobs: 'philly' at load 99: .*no train day"):
         check_inputs(parse_experiment(heavy))
+    # env.jobs alone is checked at every training load, not only at env.load
+    replayed = {**MINIMAL, "env": {**MINIMAL["env"], "jobs": "philly"}}
+    check_inputs(parse_experiment({**replayed, "view": "round", "train_loads": [1, 1.5]}))
+    with pytest.raises(ConfigError, match=r"env.jobs: 'philly' at load 99: .*no train day"):
+        check_inputs(parse_experiment({**replayed, "view": "round", "train_loads": [1, 99]}))
 
 
 def test_resume_refuses_a_changed_experiment(tmp_path: Path) -> None:

@@ -35,12 +35,14 @@ def check_inputs(exp: Experiment) -> None:
             replay_summary(env)
         except JobsError as e:
             raise ConfigError(f"{where}: env.jobs={env.jobs!r}: {e}") from None
-    for jobs in (j for j in exp.train_jobs if j is not None):
+    # every (workload, load) the round view mixes: train_jobs (or env.jobs) x train_loads
+    key = "train_jobs" if exp.train_jobs else "env.jobs"
+    for jobs in (j for j in exp.train_jobs or (env.jobs,) if j is not None):
         for load in exp.train_loads or (env.load,):
             try:
                 replay_summary(env.replace(jobs=jobs, load=load))
             except JobsError as e:
-                raise ConfigError(f"{where}: train_jobs: {jobs!r} at load {load:g}: {e}") from None
+                raise ConfigError(f"{where}: {key}: {jobs!r} at load {load:g}: {e}") from None
     init = exp.pretrain.init_weights
     if init and not Path(init).is_file():
         raise ConfigError(
