@@ -136,6 +136,10 @@ class PredictorFeatures(BaseWrapper):
         self._pred_at = (slot_at + b_dim + np.arange(p_dim)).ravel()
         self._obs_dim = obs_dim
         self._state_dim = obs_dim + self.queue_dim
+        # node index of each agent on mara_env's own AEC env: once reset, observations are
+        # read from its engine directly (what its observe() returns), past the wrapper chain
+        self._index = getattr(env.unwrapped, "_index", None)
+        self._ready = False
 
     def observation_space(self, agent: str) -> gymnasium.Space:
         return self.observation_spaces[agent]
@@ -144,10 +148,14 @@ class PredictorFeatures(BaseWrapper):
         self._predictions.clear()
         self._key = None
         super().reset(seed=seed, options=options)
+        self._ready = self._index is not None
 
     def observe(self, agent: str) -> dict[str, np.ndarray] | None:
+        if self._ready:
+            i = self._index[agent]
+            return self._extend(self._engine.state(i), self._engine.mask())
         obs = super().observe(agent)
-        return None if obs is None else self._extend(obs)
+        return None if obs is None else self._extend(obs["state"], obs["action_mask"])
 
     def last(self, observe: bool = True) -> tuple[Any, float, bool, bool, dict[str, Any]]:
         # Same as AECEnv.last, reading the raw env directly: the attribute chain through
@@ -163,18 +171,14 @@ class PredictorFeatures(BaseWrapper):
         )
 
     def state(self) -> np.ndarray:
-        agent = self.env.unwrapped.agent_selection
-        return self._extend(self.env.unwrapped.observe(agent))["state"]
+        obs = self.env.unwrapped.observe(self.env.unwrapped.agent_selection)
+        return self._extend(obs["state"], obs["action_mask"])["state"]
 
     # ---- features --------------------------------------------------------------
-    def _extend(self, obs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    def _extend(self, env_state: np.ndarray, mask: np.ndarray) -> dict[str, np.ndarray]:
         state = np.empty(self._state_dim, np.float32)
-        _place(obs["state"], self._env_at, self._slot_predictions(), self._pred_at, state)
-        return {
-            "observation": state[: self._obs_dim].copy(),
-            "action_mask": obs["action_mask"],
-            "state": state,
-        }
+        _place(env_state, self._env_at, self._slot_predictions(), self._pred_at, state)
+        return {"observation": state[: self._obs_dim].copy(), "action_mask": mask, "state": state}
 
     def _prediction_request(self) -> tuple[PredictionCache, Any, np.ndarray]:
         """The cache, simulation and visible tasks of this tick's predictions."""
@@ -216,7 +220,8 @@ def _fill_features(wrappers: Sequence[PredictorFeatures]) -> None:
             )
     if not requests:
         return
-    samples, fallback, rate, alpha, caps, n_ref, nodes_now, left = map(np.concatenate, zip(*parts))
+    columns = parts[0] if len(parts) == 1 else tuple(map(np.concatenate, zip(*parts)))
+    samples, fallback, rate, alpha, caps, n_ref, nodes_now, left = columns
     rw = RemainingWork(samples, fallback)
     ref = rate * n_ref**alpha
     budgets = np.empty((len(rate), 2))
