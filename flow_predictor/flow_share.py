@@ -22,9 +22,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from flow_predictor.compiled import maybe_njit
 from flow_predictor.remaining import MIN_REPORTS, PredictionCache, RemainingWork
 from mara_env.cluster import ClusterSim
-from mara_env.schedulers import Scheduler, edf_order, fair_share, ticks_needed, warm_nodes
+from mara_env.schedulers import Scheduler, edf_order, fair_share, ticks_formula, warm_nodes
 
 if TYPE_CHECKING:
     from flow_predictor.flow import FlowPredictor
@@ -91,15 +92,66 @@ def nodes_needed(
     remaining work gives 0.
     """
     remaining = np.asarray(remaining, np.float64)
-    need = np.zeros(len(remaining), np.int64)
-    if not len(remaining):
-        return need
-    n = np.arange(1, int(np.max(cap)) + 1)[None, :]
-    with np.errstate(invalid="ignore"):
-        ticks = ticks_needed(remaining[:, None], n, warm[:, None], rate[:, None], alpha[:, None])
-        ok = (n <= cap[:, None]) & (ticks <= time_left[:, None]) & np.isfinite(remaining)[:, None]
-    first = ok.argmax(axis=1)
-    return np.where(ok.any(axis=1), first + 1, 0)
+    return _fewest_nodes(remaining[None, :], time_left, np.zeros(1), cap, warm, rate, alpha)[0]
+
+
+_ticks = maybe_njit(cache=True, error_model="numpy")(ticks_formula)
+
+
+def _fewest_nodes(
+    work: np.ndarray,
+    time_left: np.ndarray,
+    slacks: np.ndarray,
+    cap: np.ndarray,
+    warm: np.ndarray,
+    rate: np.ndarray,
+    alpha: np.ndarray,
+) -> np.ndarray:
+    """:func:`nodes_needed` of every row ``work[r]`` (tasks along axis 1) with ``time_left -
+    slacks[r]`` ticks left, in one call; ``(rows, tasks)``."""
+    f8 = np.float64
+    if not work.shape[1]:
+        return np.zeros(work.shape, np.int64)
+    with np.errstate(invalid="ignore", divide="ignore"):  # what ticks_needed ignores
+        return _first_fits(
+            np.asarray(work, f8),
+            np.asarray(time_left, f8),
+            np.asarray(slacks, f8),
+            np.asarray(cap, np.int64),
+            np.asarray(warm, f8),
+            np.asarray(rate, f8),
+            np.asarray(alpha, f8),
+        )
+
+
+@maybe_njit(cache=True, error_model="numpy")
+def _first_fits(
+    work: np.ndarray,
+    time_left: np.ndarray,
+    slacks: np.ndarray,
+    cap: np.ndarray,
+    warm: np.ndarray,
+    rate: np.ndarray,
+    alpha: np.ndarray,
+) -> np.ndarray:
+    """:func:`_fewest_nodes` (float64 arrays, ``cap`` int64), compiled with numba where it
+    is installed: per row, ticks on 1..max(cap) nodes for every task, then the first fit."""
+    col = (-1, 1)
+    n = np.arange(1, cap.max() + 1).astype(np.float64).reshape(1, -1)
+    need = np.zeros(work.shape, np.int64)
+    for r in range(work.shape[0]):
+        row = work[r]
+        ticks = _ticks(
+            row.reshape(col), n, warm.reshape(col), rate.reshape(col), alpha.reshape(col)
+        )
+        for i in range(len(row)):
+            if np.isfinite(row[i]):
+                left = time_left[i] - slacks[r]
+                for j in range(cap[i]):
+                    if ticks[i, j] <= left:
+                        need[r, i] = j + 1
+                        break
+    return need
 
 
 # Some tasks of one simulation (flow_share's rule takes a list of them: several at once).
@@ -114,7 +166,6 @@ def _joined(parts: list[np.ndarray]) -> np.ndarray:
 def _nodes_for(items: Sequence[SimTasks], work: np.ndarray, slacks: Sequence[int]) -> np.ndarray:
     """:func:`nodes_needed` for each row ``work[p]`` (the tasks of every ``(sim, tasks)`` of
     ``items``, in order) with ``slacks[p]`` ticks to spare, in one call."""
-    work = np.asarray(work, np.float64)
     columns = [
         (
             sim.workload.deadline[tasks] - sim.t,
@@ -125,14 +176,8 @@ def _nodes_for(items: Sequence[SimTasks], work: np.ndarray, slacks: Sequence[int
         )
         for sim, tasks in items
     ]
-    left, *per_task = (_joined(list(c)) for c in zip(*columns))
-    m = len(work)
-    need = nodes_needed(
-        work.ravel(),
-        _joined([left - s for s in slacks]),
-        *(_joined([a] * m) for a in per_task),
-    )
-    return need.reshape(work.shape)
+    left, cap, warm, rate, alpha = (_joined(list(c)) for c in zip(*columns))
+    return _fewest_nodes(np.asarray(work, np.float64), left, slacks, cap, warm, rate, alpha)
 
 
 def nodes_to_finish(sim: Any, tasks: np.ndarray, work: np.ndarray, slack: int) -> np.ndarray:

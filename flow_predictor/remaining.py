@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from flow_predictor.compiled import maybe_njit
 from mara_env.traces import LOSS_FLOOR  # one floor for simulator and predictors
 
 MIN_REPORTS = 3
@@ -51,12 +52,8 @@ class RemainingWork:
 
     def quantiles(self, qs: Sequence[float]) -> np.ndarray:
         """(n_tasks, len(qs)) quantiles; ``inf`` where the upper neighbour sample is ``inf``."""
-        x = np.sort(self.samples, axis=1)
-        lo, hi, frac = _neighbours(tuple(qs), x.shape[1])
-        a, b = x[:, lo], x[:, hi]
-        with np.errstate(invalid="ignore"):
-            mid = a + frac * (b - a)
-        return np.where(frac == 0, a, np.where(np.isinf(b), np.inf, mid))
+        samples = np.asarray(self.samples, np.float64)
+        return _quantiles(samples, *_neighbours(tuple(qs), samples.shape[1]))
 
     def median(self) -> np.ndarray:
         """(n_tasks,) median remaining work."""
@@ -68,13 +65,49 @@ class RemainingWork:
         b = np.asarray(budget, np.float64)
         columns = b.ndim == 2
         if not columns:
-            b = np.broadcast_to(b, (len(self.samples),))[:, None]
-        p = (
-            np.count_nonzero(self.samples[:, None, :] <= b[:, :, None], axis=2)
-            / self.samples.shape[1]
-        )
-        p = np.where(np.isnan(self.samples).any(axis=1)[:, None], np.nan, p)
+            b = np.ascontiguousarray(np.broadcast_to(b, (len(self.samples),))[:, None])
+        p = _shares_within(np.asarray(self.samples, np.float64), b)
         return p if columns else p[:, 0]
+
+
+# The two per-tick reads of every task's samples, compiled where numba is installed (the
+# predictor wrapper's features read them for every visible task each tick, flow_share the
+# quantiles).
+@maybe_njit(cache=True, error_model="numpy")
+def _quantiles(samples: np.ndarray, lo: np.ndarray, hi: np.ndarray, frac: np.ndarray) -> np.ndarray:
+    """Per row: sort, then linear interpolation between positions ``lo`` and ``hi`` (``inf``
+    where the upper neighbour is; nan sorts last, as numpy's sort puts it, so no step
+    makes a nan of numbers)."""
+    out = np.empty((samples.shape[0], len(lo)))
+    for i in range(samples.shape[0]):
+        x = np.sort(samples[i])
+        for j in range(len(lo)):
+            a, b = x[lo[j]], x[hi[j]]
+            if frac[j] == 0:
+                out[i, j] = a
+            elif np.isinf(b):
+                out[i, j] = np.inf
+            else:
+                out[i, j] = a + frac[j] * (b - a)
+    return out
+
+
+@maybe_njit(cache=True)
+def _shares_within(samples: np.ndarray, budgets: np.ndarray) -> np.ndarray:
+    """Per row and budget column: the share of samples ``<= budget`` (nan if any is nan)."""
+    n, s = samples.shape
+    out = np.empty((n, budgets.shape[1]))
+    for i in range(n):
+        unknown = False
+        for k in range(s):
+            unknown = unknown or np.isnan(samples[i, k])
+        for m in range(budgets.shape[1]):
+            count = 0
+            for k in range(s):
+                if samples[i, k] <= budgets[i, m]:
+                    count += 1
+            out[i, m] = np.nan if unknown else count / s
+    return out
 
 
 class FittedPrefixes(ABC):

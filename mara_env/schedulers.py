@@ -89,11 +89,19 @@ def ticks_needed(
     Arrays broadcast (tasks along axis 0).  Nodes beyond the warm ones give nothing in
     their first tick (warm-up); a task needs at least one tick with progress to report.
     """
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return ticks_formula(remaining, nodes, warm, rate, alpha)
+
+
+def ticks_formula(
+    remaining: np.ndarray, nodes: np.ndarray, warm: np.ndarray, rate: np.ndarray, alpha: np.ndarray
+) -> np.ndarray:
+    """:func:`ticks_needed`'s arithmetic, outside numpy's error state: array expressions
+    that numba compiles as well (``flow_predictor.flow_share`` does: one formula for both)."""
     gain = rate * nodes**alpha
     warm_gain = np.where(warm > 0, rate * np.maximum(warm, 1) ** alpha, 0.0)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        steady = np.maximum(1.0, np.ceil(remaining / gain - 1e-9))
-        after = np.maximum(1.0, np.ceil((remaining - warm_gain) / gain - 1e-9))
+    steady = np.maximum(1.0, np.ceil(remaining / gain - 1e-9))
+    after = np.maximum(1.0, np.ceil((remaining - warm_gain) / gain - 1e-9))
     grow = np.where((warm > 0) & (remaining <= warm_gain), 1.0, 1.0 + after)
     return np.where(nodes <= warm, steady, grow)
 

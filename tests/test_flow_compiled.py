@@ -109,3 +109,78 @@ def test_batches_featurise_as_if_alone(prefixes) -> None:
         np.testing.assert_allclose(together.traj[b], flow.fit(w, v).traj, rtol=1e-5, atol=1e-5)
     with pytest.raises(ValueError, match="do not split"):
         prefix_conditions(works, losses, [2, 2])
+
+
+def _edge_case_samples(rng: np.random.Generator, n: int, s: int) -> np.ndarray:
+    """Remaining-work samples with what the per-tick path meets: "never" (inf) samples,
+    unknown (nan) rows, zeros and ties."""
+    x = rng.lognormal(0.0, 2.0, (n, s))
+    x[rng.random((n, s)) < 0.15] = np.inf
+    x[rng.random((n, s)) < 0.05] = 0.0
+    x[:, -1] = x[:, 0]  # a tie in every row
+    x[rng.random(n) < 0.15] = np.nan
+    return x
+
+
+@pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "uncompiled"])
+def test_quantiles_and_shares_are_numpys(compiled) -> None:
+    """``RemainingWork``'s quantiles and deadline probabilities (compiled where numba is
+    installed, plain Python on a bare install: the same functions) are, bit for bit, what
+    its vectorised numpy code gave: linear interpolation between sorted neighbours,
+    ``inf`` once the upper neighbour is "never", and the shares of samples within each
+    budget (nan for an unknown row); and numpy's own quantiles where all is finite."""
+    from flow_predictor import remaining
+
+    quantiles, shares = remaining._quantiles, remaining._shares_within
+    if not compiled:
+        quantiles, shares = quantiles.py_func, shares.py_func
+    rng = np.random.default_rng(0)
+    levels = (0.0, 0.05, 0.1, 0.5, 0.9, 1.0)
+    for s in (1, 2, 32):
+        x = _edge_case_samples(rng, 40, s)
+        lo, hi, frac = remaining._neighbours(levels, s)
+        got = quantiles(x, lo, hi, frac)
+        a, b = np.sort(x, axis=1)[:, lo], np.sort(x, axis=1)[:, hi]
+        with np.errstate(invalid="ignore"):
+            mid = a + frac * (b - a)
+        np.testing.assert_array_equal(
+            got, np.where(frac == 0, a, np.where(np.isinf(b), np.inf, mid))
+        )
+        finite = np.isfinite(x).all(axis=1)
+        numpys = np.quantile(x[finite], levels, axis=1, method="linear").T
+        np.testing.assert_allclose(got[finite], numpys, rtol=1e-12)
+        budgets = rng.lognormal(0.0, 2.0, (40, 3))
+        unknown = np.isnan(x).any(axis=1)[:, None]
+        want = np.where(unknown, np.nan, (x[:, None, :] <= budgets[:, :, None]).mean(axis=2))
+        np.testing.assert_array_equal(shares(x, budgets), want)
+
+
+@pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "uncompiled"])
+def test_nodes_needed_is_the_first_count_that_ticks_needed_allows(compiled) -> None:
+    """flow_share's want (compiled where numba is installed) is the fewest nodes within the
+    cap whose ``mara_env.schedulers.ticks_needed`` fits the time left, 0 if none does or
+    the remaining work is unknown or "never"."""
+    from flow_predictor import flow_share
+    from mara_env.schedulers import ticks_needed
+
+    first_fits = flow_share._first_fits if compiled else flow_share._first_fits.py_func
+    rng = np.random.default_rng(1)
+    for _ in range(200):
+        m = int(rng.integers(1, 30))
+        work = rng.uniform(0, 50, m) * rng.choice([1e-12, 0.01, 1.0, 10.0], m)
+        work[rng.random(m) < 0.1] = np.inf
+        work[rng.random(m) < 0.1] = np.nan
+        left = rng.integers(-3, 60, m).astype(float)
+        cap = rng.integers(1, 17, m)
+        warm = rng.integers(0, 6, m).astype(float)
+        rate, alpha = rng.uniform(0.1, 3.0, m), rng.uniform(0.3, 1.0, m)
+        rate[rng.random(m) < 0.05] = 0.0
+        with np.errstate(invalid="ignore", divide="ignore"):
+            got = first_fits(work[None], left, np.zeros(1), cap, warm, rate, alpha)[0]
+        want = np.zeros(m, np.int64)
+        for i in range(m):
+            n = np.arange(1, cap[i] + 1)
+            fits = ticks_needed(work[i], n, warm[i], rate[i], alpha[i]) <= left[i]
+            if np.isfinite(work[i]) and fits.any():
+                want[i] = int(np.argmax(fits)) + 1
+        np.testing.assert_array_equal(got, want)

@@ -1,0 +1,22 @@
+"""numba's ``njit`` where the ``[predictor]`` extra is installed; without it (a bare
+install, whose ``flow_share:predictor=wls`` is numpy only) the same Python functions run
+uncompiled.  One source for both: there is no numpy twin of a compiled kernel."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+try:
+    import numba
+except ImportError:  # a bare install
+    numba = None
+
+
+def maybe_njit(**options: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """``numba.njit(**options)`` if numba is installed, else the function itself."""
+
+    def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
+        return fn if numba is None else numba.njit(**options)(fn)
+
+    return decorate
