@@ -2,10 +2,21 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
-from mara_agents.policy.network import MaraNet, ModelConfig, ModelError, ObsLayout
+from mara_agents.policy.network import (
+    EMPTY_SLOT_SCORE,
+    MASKED_LOGIT,
+    MaraNet,
+    ModelConfig,
+    ModelError,
+    ObsLayout,
+    RoundEncoding,
+    _SlotAttention,
+    _SlotScores,
+)
 from mara_env.cluster_env import NODE_FEATURES, QUEUE_FEATURES, SLOT_FEATURES
 
 K, NODE, SLOT = 5, len(NODE_FEATURES), len(SLOT_FEATURES)
@@ -97,3 +108,164 @@ def test_per_node_features_do_not_enter_the_round_encoding(independent: bool) ->
         batch["action_mask"][:, None],
     )
     torch.testing.assert_close(head[:, 0], net.logits(obs, batch["action_mask"]))
+
+
+def _reference_block(
+    block: torch.nn.Module, h: torch.Tensor, key_bias: torch.Tensor, rows: torch.Tensor
+) -> torch.Tensor:
+    """A ``_SlotAttention`` block through ``nn.MultiheadAttention`` over every slot (the
+    ones ``rows`` leaves out as zeros): what its written-out attention replaced."""
+    h = h.new_zeros(*rows.shape, h.shape[-1]).index_put((rows,), h)
+    x = block.norm1(h)
+    bias = key_bias.expand(-1, h.shape[1], -1).repeat_interleave(block.attn.num_heads, 0)
+    h = h + block.attn(x, x, x, attn_mask=bias, need_weights=False)[0]
+    return (h + block.ff(block.norm2(h)))[rows]
+
+
+def _reference_head(
+    net: MaraNet,
+    enc: RoundEncoding,
+    nodes: tuple[torch.Tensor, torch.Tensor],
+    per_node: torch.Tensor,
+    mask: torch.Tensor,
+) -> torch.Tensor:
+    """``MaraNet.head`` with the scorer as ``nn.Linear`` and ``torch.relu`` over every slot:
+    what the hand-written scorer replaced."""
+    score_node, idle_node = nodes
+    width = enc.h.shape[1]
+    per_node = per_node[..., :width, :]
+    w = per_node[..., 0].clamp(min=0.0)
+    ctx = net.context(torch.einsum("bmk,bkh->bmh", w, enc.h) / (w.sum(-1, keepdim=True) + 1e-6))
+    hidden = torch.relu(
+        net.score_slot(enc.h)[:, None]
+        + net.score_per_node(per_node)
+        + (score_node + net.score_context(ctx))[..., None, :]
+    )
+    slot_logits = net.score_out(hidden).squeeze(-1) + net.config.stay_bias * per_node[..., 2]
+    idle = net.idle_out(torch.relu(enc.idle_pooled[:, None] + idle_node + net.idle_context(ctx)))
+    rest = slot_logits.new_full(
+        (*slot_logits.shape[:-1], net.layout.num_slots - width), MASKED_LOGIT
+    )
+    out = torch.cat([slot_logits, rest, idle], -1)
+    return torch.where(mask > 0, out, torch.full_like(out, MASKED_LOGIT))
+
+
+def _reference_value(net: MaraNet, state: torch.Tensor) -> torch.Tensor:
+    """``MaraNet.value`` with every slot embedded: what embedding the occupied ones replaced."""
+    lay = net.layout
+    node, slots = net._split(state)
+    occ = (slots[..., lay.occupied_index] > 0.5).float()[..., None]
+    e = net.critic_slot(slots)
+    mean = (occ * e).sum(-2) / (occ.sum(-2) + 1e-6)
+    mx = torch.where(occ > 0, e, torch.full_like(e, EMPTY_SLOT_SCORE)).amax(-2).clamp(min=-1.0)
+    x = torch.cat([node, state[..., lay.obs_dim :], mean, mx], -1)
+    return net.critic_head(x).squeeze(-1) * net.config.value_scale
+
+
+def _grads(net: torch.nn.Module, loss: torch.Tensor) -> dict[str, torch.Tensor]:
+    net.zero_grad()
+    loss.backward()
+    return {n: p.grad.clone() for n, p in net.named_parameters() if p.grad is not None}
+
+
+def test_written_out_attention_is_multihead_attention() -> None:
+    """The block's attention gives nn.MultiheadAttention's outputs, also for a round
+    without an occupied slot (uniform weights), and its gradients; left out, the empty
+    slots change nothing."""
+    torch.manual_seed(3)
+    block = _SlotAttention(16, 4)
+    h = torch.randn(8, 6, 16)
+    occupied = torch.rand(8, 6) < 0.6
+    occupied[0] = False
+    key_bias = torch.where(occupied, 0.0, EMPTY_SLOT_SCORE)[:, None, :]
+    every = torch.ones_like(occupied)
+    got, want = block(h[every], key_bias, every), _reference_block(block, h[every], key_bias, every)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    used = occupied | ~occupied.any(-1, keepdim=True)
+    torch.testing.assert_close(
+        block(h[used], key_bias, used), want.view(8, 6, 16)[used], rtol=1e-5, atol=1e-5
+    )
+    # No gradient from the round without an occupied slot: its scores sit at -1e4, where
+    # float32 keeps them to 1e-3 (and the network reads nothing of such a round).
+    weights = (torch.randn(8, 6, 16) * occupied.any(-1)[:, None, None])[every]
+    for a, b in zip(
+        _grads(block, (got * weights).sum()).values(),
+        _grads(block, (want * weights).sum()).values(),
+    ):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+
+
+def test_slot_scorer_backward_is_its_gradient() -> None:
+    """The hand-written backward of the scorer against finite differences (float64)."""
+    g = torch.Generator().manual_seed(0)
+    p, m, s, b = 7, 3, 4, 3
+
+    def rand(*shape: int) -> torch.Tensor:
+        return torch.randn(*shape, generator=g, dtype=torch.float64)
+
+    rounds = torch.tensor([0, 0, 1, 2, 2, 2, 0])
+    inputs = (
+        rand(p, s).requires_grad_(),
+        rand(p, m, 3),
+        rand(s, 3).requires_grad_(),
+        rand(b, m, s).requires_grad_(),
+        rounds,
+        rand(1, s).requires_grad_(),
+        rand(1).requires_grad_(),
+    )
+    assert torch.autograd.gradcheck(_SlotScores.apply, inputs)
+
+
+def test_the_shipped_policy_scores_real_rounds_as_the_dense_formulation(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """On real rounds (with the predictor features, any earlier choices) the shipped
+    network's teacher-forced logits, values and every weight's gradient equal those of
+    the formulation its attention, scorer and critic replaced (every slot embedded and
+    scored), to float32 rounding."""
+    from flow_predictor.wrapper import wrap
+    from mara_agents.policy.rounds import (
+        flat_views,
+        round_features,
+        round_value,
+        teacher_forced_logits,
+    )
+    from mara_agents.policy.runtime import SHIPPED_POLICY, load_policy
+    from mara_env.cluster_env import env
+    from mara_env.round_env import RoundEnv
+
+    policy = load_policy(SHIPPED_POLICY)
+    net = policy.net
+    k = net.layout.num_slots
+    aec = env(num_nodes=8, num_slots=k, horizon=40, split="val", load=2.0)
+    view = RoundEnv(wrap(aec, policy.wrapper, policy.meta.get("wrapper_options")))
+    view.reset(seed=2)
+    rng = np.random.default_rng(0)
+    rounds = []
+    while not view.engine.finished:
+        obs = view.observe()
+        # rounds without a task left out: their attention scores sit at -1e4 (see above)
+        if obs["slots"][:, OCCUPIED].any():
+            rounds.append(obs)
+        view.play(rng.integers(0, k + 1, size=8))
+    obs = {key: torch.from_numpy(np.stack([r[key] for r in rounds])) for key in rounds[0]}
+    actions = torch.from_numpy(rng.integers(0, k + 1, size=obs["node_slot"].shape))
+    feats, mask = round_features(obs, actions, k)
+    assert len(rounds) >= 30 and (mask[..., :-1] > 0).any()
+    got = teacher_forced_logits(net, obs, actions)
+    with monkeypatch.context() as patch:
+        patch.setattr(_SlotAttention, "forward", _reference_block)
+        enc = net.encode(obs["slots"], obs["action_mask"])
+    want = _reference_head(net, enc, net.encode_nodes(obs["nodes"]), feats, mask)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    state = torch.cat([flat_views(obs, feats[:, :1], net.layout)[:, 0], obs["queue"]], -1)
+    values, want_values = round_value(net, obs), _reference_value(net, state)
+    torch.testing.assert_close(values, want_values, rtol=1e-5, atol=1e-5)
+    weights = torch.randn(*mask.shape, generator=torch.Generator().manual_seed(1))
+    want_grads = _grads(net, (torch.log_softmax(want, -1) * weights).sum() + want_values.sum())
+    for name, grad in _grads(
+        net, (torch.log_softmax(got, -1) * weights).sum() + values.sum()
+    ).items():
+        # to float32 rounding of sums over thousands of terms: relative to the largest entry
+        error = float((grad - want_grads[name]).abs().max() / want_grads[name].abs().max())
+        assert error < 1e-4, f"{name}: {error:.2g}"

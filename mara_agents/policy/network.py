@@ -33,6 +33,7 @@ from dataclasses import dataclass, fields
 from typing import Any, NamedTuple
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from mara_env.cluster_env import NODE_FEATURES, QUEUE_FEATURES, SLOT_FEATURES
@@ -120,20 +121,97 @@ class _SlotAttention(nn.Module):
         self.attn = nn.MultiheadAttention(dim, heads, batch_first=True)
         self.ff = _mlp(dim, 2 * dim, dim)
 
-    def forward(self, h: torch.Tensor, key_bias: torch.Tensor) -> torch.Tensor:
-        x = self.norm1(h)
-        # Additive bias (not a bool mask): an all-empty row stays finite (uniform weights).
-        bias = key_bias.repeat_interleave(self.attn.num_heads, 0)
-        h = h + self.attn(x, x, x, attn_mask=bias, need_weights=False)[0]
+    def forward(self, h: torch.Tensor, key_bias: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+        """The embeddings ``h`` ``(P, H)`` of the slots that ``rows`` ``(B, K)`` marks (in
+        row-major order) after the block; ``key_bias`` ``(B, 1, K)`` is added to every
+        query's scores.  The slots left out are attended to as zeros, which is exact when
+        they are empty slots of a round with an occupied one (weight 0)."""
+        h = h + self._attend(self.norm1(h), key_bias, rows)
         return h + self.ff(self.norm2(h))
+
+    def _attend(self, x: torch.Tensor, key_bias: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+        """``self.attn(x, x, x)`` with the additive ``key_bias``, written out: for a few
+        dozen slots two batched matmuls cost a fraction of torch's fused CPU kernel."""
+        attn = self.attn
+        b, k = rows.shape
+        qkv = F.linear(x, attn.in_proj_weight, attn.in_proj_bias)
+        qkv = qkv.new_zeros(b, k, qkv.shape[-1]).index_put((rows,), qkv)
+        q, key, value = qkv.view(b, k, 3, attn.num_heads, -1).permute(2, 0, 3, 1, 4)
+        # Additive bias (not a bool mask): an all-empty row stays finite (uniform weights).
+        scores = (q @ key.transpose(-1, -2)) * q.shape[-1] ** -0.5 + key_bias[:, None]
+        out = (scores.softmax(-1) @ value).transpose(1, 2)[rows]
+        return attn.out_proj(out.flatten(1))
+
+
+def _score_hidden(
+    slot: torch.Tensor,
+    per_node: torch.Tensor,
+    w_per_node: torch.Tensor,
+    node: torch.Tensor,
+    rounds: torch.Tensor,
+) -> torch.Tensor:
+    """The scorer's hidden layer ``(P, M, S)`` of :class:`_SlotScores`, in one buffer."""
+    hidden = node.index_select(0, rounds)
+    hidden += slot[:, None]
+    flat = hidden.view(-1, hidden.shape[-1])
+    flat.addmm_(per_node.reshape(-1, per_node.shape[-1]), w_per_node.t())
+    return hidden.relu_()
+
+
+class _SlotScores(torch.autograd.Function):
+    """The scorer's hidden layer and output for ``P`` (round, slot) pairs and ``M`` nodes:
+    ``relu(slot[p] + per_node[p, m] @ w_per_node.T + node[rounds[p], m]) @ w_out.T + b_out``
+    ``(P, M)``, from ``slot`` ``(P, S)``, ``per_node`` ``(P, M, 3)``, ``node`` ``(B, M, S)``.
+
+    What ``nn.Linear`` and ``torch.relu`` compute (to float rounding), in one buffer of
+    ``P x M x S`` (the largest tensor of a PPO update) instead of four, with a backward
+    that passes over it a few times instead of a dozen.  ``per_node`` and ``rounds`` get
+    no gradient.
+    """
+
+    @staticmethod
+    def forward(
+        ctx: Any,
+        slot: torch.Tensor,
+        per_node: torch.Tensor,
+        w_per_node: torch.Tensor,
+        node: torch.Tensor,
+        rounds: torch.Tensor,
+        w_out: torch.Tensor,
+        b_out: torch.Tensor,
+    ) -> torch.Tensor:
+        hidden = _score_hidden(slot, per_node, w_per_node, node, rounds)
+        ctx.save_for_backward(hidden, per_node, rounds, w_out)
+        ctx.num_rounds = node.shape[0]
+        return hidden @ w_out[0] + b_out
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        hidden, per_node, rounds, w_out = ctx.saved_tensors
+        need = ctx.needs_input_grad
+        grad = grad.contiguous()
+        # relu's gradient: 0 where the unit is off (torch's convention at 0 too)
+        grad_hidden = (grad[..., None] * w_out[0]).masked_fill_(hidden <= 0, 0.0)
+        flat = grad_hidden.flatten(0, 1)
+        grad_slot = grad_hidden.sum(1) if need[0] else None
+        grad_w_per_node = (per_node.flatten(0, 1).t() @ flat).t() if need[2] else None
+        grad_node = None
+        if need[3]:
+            shape = (ctx.num_rounds, *grad_hidden.shape[1:])
+            grad_node = grad_hidden.new_zeros(shape).index_add_(0, rounds, grad_hidden)
+        grad_w_out = grad.reshape(1, -1) @ hidden.flatten(0, 1) if need[5] else None
+        grad_b_out = grad.sum().reshape(1) if need[6] else None
+        return grad_slot, None, grad_w_per_node, grad_node, None, grad_w_out, grad_b_out
 
 
 class RoundEncoding(NamedTuple):
     """What :meth:`MaraNet.encode` computes once per round (``B`` rounds, ``K`` slots)."""
 
-    h: torch.Tensor  # (B, K, H) slot embeddings after attention
-    score_slot: torch.Tensor  # (B, K, S) the slot part of the scorer's first layer
+    h: torch.Tensor  # (B, K, H) slot embeddings after attention (0 where not embedded)
+    score_slot: torch.Tensor  # (P, S) the slot part of the scorer's first layer, per pair
     idle_pooled: torch.Tensor  # (B, H) the pooled-slots part of the idle head's first layer
+    rounds: torch.Tensor  # (P,) the round and ...
+    slots: torch.Tensor  # (P,) ... the slot of each (round, slot) pair the head scores
 
 
 class MaraNet(nn.Module):
@@ -178,27 +256,50 @@ class MaraNet(nn.Module):
         )
         return node, slots
 
-    def encode(self, slots: torch.Tensor, mask: torch.Tensor | None = None) -> RoundEncoding:
+    def encode(
+        self,
+        slots: torch.Tensor,
+        mask: torch.Tensor | None = None,
+        reads: torch.Tensor | bool = True,
+    ) -> RoundEncoding:
         """The round part of the actor from slot rows ``(B, K, S)``; their per-node
         columns (:data:`PER_NODE_FEATURES`) are not read.  With the round's ``mask``
         (``(..., K + 1)``) only the leading slots in use are encoded: one past the last
         slot that is occupied or valid anywhere in the batch.  The env fills slots from
         the first, so the rest are empty and masked (their logits are masked anyway, and
-        attention gives empty slots zero weight)."""
+        attention gives empty slots zero weight).
+
+        ``reads``: the empty slots whose embedding the caller reads besides the valid
+        ones (through earlier nodes' choices of them): all (``True``), none (``False``:
+        per-node features that count valid choices only, as decoding gives), or a
+        ``(B, K)`` mask.  The others are not embedded (``h`` is 0 there; their logits
+        are masked): attention gives them no weight, so what is read is unchanged."""
         occupied = slots[..., self.layout.occupied_index] > 0.5
         if mask is not None:
             used = (occupied | (mask[..., :-1] > 0)).reshape(-1, occupied.shape[-1])
             last = used.any(0).nonzero()
             width = int(last[-1]) + 1 if len(last) else 1
             slots, occupied = slots[:, :width], occupied[:, :width]
-        h = self.slot_enc(slots.index_select(-1, self.shared_cols))
-        k = slots.shape[1]
-        key_bias = torch.where(occupied, 0.0, EMPTY_SLOT_SCORE)[:, None, :].expand(-1, k, -1)
+        if isinstance(reads, bool):
+            rows = torch.full_like(occupied, reads)
+        else:
+            rows = reads[:, : occupied.shape[1]].clone()
+        # a round without a task attends to every slot (uniform weights): all embedded
+        rows |= occupied | ~occupied.any(-1, keepdim=True)
+        if mask is not None:
+            rows |= mask[:, : occupied.shape[1]] > 0
+        h = self.slot_enc(slots.index_select(-1, self.shared_cols)[rows])
+        key_bias = torch.where(occupied, 0.0, EMPTY_SLOT_SCORE)[:, None, :]
         for block in self.blocks:
-            h = block(h, key_bias)
+            h = block(h, key_bias, rows)
+        h = h.new_zeros(*rows.shape, h.shape[-1]).index_put((rows,), h)
         occ = occupied.to(h.dtype)[..., None]
         pooled = (occ * h).sum(-2) / (occ.sum(-2) + 1e-6)
-        return RoundEncoding(h, self.score_slot(h), self.idle_pooled(pooled))
+        # the head scores only the slots the mask allows: the rest are masked anyway
+        scored = torch.ones_like(occupied) if mask is None else mask[:, : rows.shape[1]] > 0
+        rounds, slots = scored.nonzero(as_tuple=True)
+        score_slot = self.score_slot(h[rounds, slots])
+        return RoundEncoding(h, score_slot, self.idle_pooled(pooled), rounds, slots)
 
     def encode_nodes(self, node: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Node rows ``(B, M, node_dim)`` as the scorer's and idle head's node terms."""
@@ -214,8 +315,9 @@ class MaraNet(nn.Module):
     ) -> torch.Tensor:
         """Masked logits ``(B, M, K + 1)`` of ``M`` nodes of each round: ``nodes`` from
         :meth:`encode_nodes`, ``per_node`` ``(B, M, K, 3)`` their
-        :data:`PER_NODE_FEATURES`, ``mask`` ``(B, M, K + 1)``.  Slots beyond the
-        encoding's width get :data:`MASKED_LOGIT`."""
+        :data:`PER_NODE_FEATURES`, ``mask`` ``(B, M, K + 1)`` (within the round's mask
+        that :meth:`encode` read).  Slots beyond the encoding's width, or that the
+        round's mask rules out, get :data:`MASKED_LOGIT`."""
         score_node, idle_node = nodes
         width = enc.h.shape[1]
         per_node = per_node[..., :width, :]
@@ -227,12 +329,16 @@ class MaraNet(nn.Module):
             pooled = torch.einsum("bmk,bkh->bmh", w, enc.h) / (w.sum(-1, keepdim=True) + 1e-6)
             ctx = self.context(pooled)
             score_ctx, idle_ctx = self.score_context(ctx), self.idle_context(ctx)
-        hidden = torch.relu(
-            enc.score_slot[:, None]
-            + self.score_per_node(per_node)
-            + (score_node + score_ctx)[..., None, :]
-        )
-        slot_logits = self.score_out(hidden).squeeze(-1)
+        rows, slots = enc.rounds, enc.slots
+        inputs = (enc.score_slot, per_node[rows, :, slots], self.score_per_node.weight)
+        inputs += (score_node + score_ctx, rows)
+        w_out, b_out = self.score_out.weight, self.score_out.bias
+        if torch.is_grad_enabled():
+            scores = _SlotScores.apply(*inputs, w_out, b_out)
+        else:  # acting: the forward alone, without autograd.Function's overhead per call
+            scores = _score_hidden(*inputs) @ w_out[0] + b_out
+        slot_logits = scores.new_full(per_node.shape[:-1], MASKED_LOGIT)
+        slot_logits[rows, :, slots] = scores
         if self.config.stay_bias:
             slot_logits = slot_logits + self.config.stay_bias * per_node[..., 2]
         idle_logit = self.idle_out(torch.relu(enc.idle_pooled[:, None] + idle_node + idle_ctx))
@@ -260,8 +366,11 @@ class MaraNet(nn.Module):
         """Value ``(B,)`` of global states ``(B, D + 4)``: expected remaining team return."""
         lay = self.layout
         node, slots = self._split(state)
-        occ = (slots[..., lay.occupied_index] > 0.5).float()[..., None]
-        e = self.critic_slot(slots)
+        occupied = slots[..., lay.occupied_index] > 0.5
+        occ = occupied.float()[..., None]
+        # only the occupied slots are embedded: both pools give the others no weight
+        e = self.critic_slot(slots[occupied])
+        e = e.new_zeros(*occupied.shape, e.shape[-1]).index_put((occupied,), e)
         mean = (occ * e).sum(-2) / (occ.sum(-2) + 1e-6)
         mx = torch.where(occ > 0, e, torch.full_like(e, EMPTY_SLOT_SCORE)).amax(-2).clamp(min=-1.0)
         x = torch.cat([node, state[..., lay.obs_dim :], mean, mx], -1)

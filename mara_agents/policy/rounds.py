@@ -130,7 +130,7 @@ def greedy_fixed_point(net: MaraNet, obs: Obs) -> tuple[torch.Tensor, torch.Tens
     decoding node after node gives.  Nodes mostly stay, so a round takes a few passes.
     """
     k = net.layout.num_slots
-    enc = net.encode(obs["slots"], obs["action_mask"])
+    enc = net.encode(obs["slots"], obs["action_mask"], reads=False)  # valid choices only
     node_terms = net.encode_nodes(obs["nodes"])
     slot = obs["node_slot"].long()
     guess = torch.where(slot >= 0, slot, k)
@@ -151,7 +151,7 @@ def _decode_in_turn(
     """:func:`decode` one node at a time (sampling needs the earlier nodes' samples)."""
     k = net.layout.num_slots
     n = obs["nodes"].shape[1]
-    enc = net.encode(obs["slots"], obs["action_mask"])
+    enc = net.encode(obs["slots"], obs["action_mask"], reads=False)  # valid choices only
     node_terms = net.encode_nodes(obs["nodes"])
     one_hot, pending = served(obs, k)
     chosen = torch.zeros_like(pending)
@@ -179,7 +179,8 @@ def teacher_forced_logits(net: MaraNet, obs: Obs, actions: torch.Tensor) -> torc
     """Every node's logits ``(B, N, K + 1)`` given the round's ``actions`` ``(B, N)``, in
     one call of the head (node ``i`` sees the actions of nodes ``< i``)."""
     feats, mask = round_features(obs, actions, net.layout.num_slots)
-    enc = net.encode(obs["slots"], obs["action_mask"])
+    chosen = (feats[..., 0] > 0).any(1)  # the slots earlier nodes' choices make read
+    enc = net.encode(obs["slots"], obs["action_mask"], reads=chosen)
     return net.head(enc, net.encode_nodes(obs["nodes"]), feats, mask)
 
 
