@@ -125,3 +125,35 @@ def test_stay_bias_keeps_a_fresh_policy_on_its_task(small_config: dict) -> None:
             actions, _, _ = decode(module.net, batch, greedy=False, generator=torch.Generator())
         stayed[bias] = float((actions == batch["node_slot"])[mine].float().mean())
     assert stayed[6.0] > 0.8 > stayed[0.0]
+
+
+def test_the_round_distribution_is_rllibs_multi_categorical() -> None:
+    """The PPO loss reads the same log-probs, entropies and KLs (and their gradients) from
+    RoundDistribution as from RLlib's TorchMultiCategorical of N equal parts, with masked
+    actions."""
+    from ray.rllib.core.distribution.torch.torch_distribution import TorchMultiCategorical
+
+    from mara_agents.policy.network import MASKED_LOGIT
+    from mara_agents.training.rl_module import RoundDistribution
+
+    n, k = 5, 6
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(64, n, k + 1, generator=g) * 3
+    logits[torch.rand(64, n, k + 1, generator=g) < 0.4] = MASKED_LOGIT
+    logits[..., -1] = torch.randn(64, n, generator=g)  # idle: always valid
+    noise = torch.randn(64, n, k + 1, generator=g)
+    prev = torch.where(logits > MASKED_LOGIT, logits + noise, logits)
+    torch.manual_seed(1)
+    actions = torch.distributions.Categorical(logits=logits).sample()
+    ours = RoundDistribution.get_partial_dist_cls(num_nodes=n)
+    theirs = TorchMultiCategorical.get_partial_dist_cls(input_lens=[k + 1] * n)
+    results = []
+    for cls in (ours, theirs):
+        x = logits.flatten(1).clone().requires_grad_()
+        dist, old = cls.from_logits(x), cls.from_logits(prev.flatten(1))
+        terms = (dist.logp(actions), dist.entropy(), old.kl(dist))
+        (grad,) = torch.autograd.grad(sum(t.sum() for t in terms), x)
+        results.append((*terms, grad))
+    for a, b in zip(*results):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+    assert ours.from_logits(logits.flatten(1)).to_deterministic().sample().shape == (64, n)
