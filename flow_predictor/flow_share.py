@@ -98,30 +98,27 @@ def nodes_needed(
 _ticks = maybe_njit(cache=True, error_model="numpy")(ticks_formula)
 
 
-def _fewest_nodes(
-    work: np.ndarray,
-    time_left: np.ndarray,
-    slacks: np.ndarray,
-    cap: np.ndarray,
-    warm: np.ndarray,
-    rate: np.ndarray,
-    alpha: np.ndarray,
-) -> np.ndarray:
+# the dtypes of _first_fits' arguments: work, time_left, slacks, cap, warm, rate, alpha
+_FIRST_FITS_DTYPES = (
+    np.float64,
+    np.float64,
+    np.float64,
+    np.int64,
+    np.float64,
+    np.float64,
+    np.float64,
+)
+
+
+def _fewest_nodes(*arrays: np.ndarray) -> np.ndarray:
     """:func:`nodes_needed` of every row ``work[r]`` (tasks along axis 1) with ``time_left -
-    slacks[r]`` ticks left, in one call; ``(rows, tasks)``."""
-    f8 = np.float64
+    slacks[r]`` ticks left, in one call, ``(rows, tasks)``: :func:`_first_fits` of
+    ``arrays`` (its arguments, in its order) in its dtypes."""
+    work = np.asarray(arrays[0])
     if not work.shape[1]:
         return np.zeros(work.shape, np.int64)
     with np.errstate(invalid="ignore", divide="ignore"):  # what ticks_needed ignores
-        return _first_fits(
-            np.asarray(work, f8),
-            np.asarray(time_left, f8),
-            np.asarray(slacks, f8),
-            np.asarray(cap, np.int64),
-            np.asarray(warm, f8),
-            np.asarray(rate, f8),
-            np.asarray(alpha, f8),
-        )
+        return _first_fits(*(np.asarray(a, t) for a, t in zip(arrays, _FIRST_FITS_DTYPES)))
 
 
 @maybe_njit(cache=True, error_model="numpy")
@@ -134,8 +131,10 @@ def _first_fits(
     rate: np.ndarray,
     alpha: np.ndarray,
 ) -> np.ndarray:
-    """:func:`_fewest_nodes` (float64 arrays, ``cap`` int64), compiled with numba where it
-    is installed: per row, ticks on 1..max(cap) nodes for every task, then the first fit."""
+    """The fewest nodes (1..``cap[i]``) whose ticks fit ``time_left[i] - slacks[r]`` for
+    every task ``i`` and row ``work[r]`` of remaining work (0: none, or unknown work);
+    float64 arrays, ``cap`` int64.  Compiled with numba where it is installed: per row,
+    ticks on 1..max(cap) nodes for every task, then the first fit."""
     col = (-1, 1)
     n = np.arange(1, cap.max() + 1).astype(np.float64).reshape(1, -1)
     need = np.zeros(work.shape, np.int64)
