@@ -157,7 +157,7 @@ def _first_fits(
 SimTasks = tuple[Any, np.ndarray]
 
 
-def _joined(parts: list[np.ndarray]) -> np.ndarray:
+def joined(parts: list[np.ndarray]) -> np.ndarray:
     """``parts`` end to end (the one part itself: no copy on a scheduler's every tick)."""
     return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
@@ -175,7 +175,7 @@ def _nodes_for(items: Sequence[SimTasks], work: np.ndarray, slacks: Sequence[int
         )
         for sim, tasks in items
     ]
-    left, cap, warm, rate, alpha = (_joined(list(c)) for c in zip(*columns))
+    left, cap, warm, rate, alpha = (joined(list(c)) for c in zip(*columns))
     return _fewest_nodes(np.asarray(work, np.float64), left, slacks, cap, warm, rate, alpha)
 
 
@@ -200,7 +200,7 @@ def _want_and_reach(
         work.append(np.where(rw.fallback, np.nan, low))
         slacks.append(0)
     need = _nodes_for(items, np.stack(work), slacks)
-    cap = _joined([sim.workload.cap[tasks] for sim, tasks in items])
+    cap = joined([sim.workload.cap[tasks] for sim, tasks in items])
     return np.where(need[0] > 0, need[0], cap), None if low is None else need[1]
 
 

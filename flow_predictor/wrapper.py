@@ -37,7 +37,7 @@ from gymnasium import spaces
 from pettingzoo import AECEnv
 from pettingzoo.utils import BaseWrapper
 
-from flow_predictor.flow_share import DEFAULTS, FLOW_SAMPLES, flow_share_counts_many
+from flow_predictor.flow_share import DEFAULTS, FLOW_SAMPLES, flow_share_counts_many, joined
 from flow_predictor.remaining import (
     PredictionCache,
     RemainingWork,
@@ -220,7 +220,7 @@ def _fill_features(wrappers: Sequence[PredictorFeatures]) -> None:
             )
     if not requests:
         return
-    columns = parts[0] if len(parts) == 1 else tuple(map(np.concatenate, zip(*parts)))
+    columns = (joined(list(c)) for c in zip(*parts))
     samples, fallback, rate, alpha, caps, n_ref, nodes_now, left = columns
     rw = RemainingWork(samples, fallback)
     ref = rate * n_ref**alpha

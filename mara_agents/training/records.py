@@ -39,6 +39,8 @@ def check_inputs(exp: Experiment) -> None:
     key = "train_jobs" if exp.train_jobs else "env.jobs"
     for jobs in (j for j in exp.train_jobs or (env.jobs,) if j is not None):
         for load in exp.train_loads or (env.load,):
+            if (jobs, load) == (env.jobs, env.load):
+                continue  # checked above
             try:
                 replay_summary(env.replace(jobs=jobs, load=load))
             except JobsError as e:
