@@ -107,13 +107,14 @@ from ray.tune.registry import register_env
 
 import mara_env
 from mara_agents.evaluation.references import (
+    PAIRED_AGAINST,
     completion_summary,
     env_kwargs,
     episode_figures,
     episode_seeds,
+    paired_leads,
     reference_episodes,
 )
-from mara_agents.evaluation.stats import mean_ci
 from mara_env import marl
 from mara_env.config import ClusterConfig
 
@@ -339,16 +340,13 @@ def run(cfg: Config) -> dict[str, Any]:
     episodes.update(reference_episodes(cfg.env_kwargs("val"), seeds))
     algo.stop()
 
-    ppo = np.array([e["completion"] for e in episodes["ppo"]])
     result: dict[str, Any] = {
         "iterations": int(curve["iteration"].iloc[-1]),
         "env_steps": int(curve["env_steps"].iloc[-1]),
         "train_seconds": train_s,
         **completion_summary(episodes),
+        **paired_leads(episodes, "ppo"),
     }
-    for name in ("random", "edf", "uniform"):
-        other = np.array([e["completion"] for e in episodes[name]])
-        result[f"ppo_minus_{name}"], result[f"ppo_minus_{name}_ci95"] = mean_ci(ppo - other)
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
     curve.to_csv(out / "curve.csv", index=False)
@@ -370,7 +368,7 @@ def run(cfg: Config) -> dict[str, Any]:
             f"{result[f'{n}_moves_per_tick']:>10.2f}  {result[f'{n}_idled_per_tick']:>10.2f}  "
             f"{result[f'{n}_bumped_per_tick']:>11.2f}"
         )
-    for name in ("random", "edf", "uniform"):
+    for name in PAIRED_AGAINST:
         print(
             f"  ppo - {name:<9} {result[f'ppo_minus_{name}']:>+7.3f} ± "
             f"{result[f'ppo_minus_{name}_ci95']:.3f} (paired)"

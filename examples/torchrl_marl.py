@@ -106,11 +106,13 @@ from torchrl.objectives.multiagent import IPPOLoss, MAPPOLoss, QMixerLoss
 
 import mara_env
 from mara_agents.evaluation.references import (
+    PAIRED_AGAINST,
     completion_summary,
     env_kwargs,
     episode_figures,
     episode_seeds,
     mean_of,
+    paired_leads,
     reference_episodes,
 )
 from mara_env import marl
@@ -121,9 +123,20 @@ MASK = (GROUP, "action_mask")
 ALGORITHMS = ("mappo", "ippo", "vdn", "qmix")
 
 
-def _opt(default: Any, help: str) -> Any:
-    """A dataclass field that is also a command-line option with this help."""
-    return field(default=default, metadata={"help": help})
+def _opt(default: Any, help: str, kind: type | None = None) -> Any:
+    """A dataclass field that is also a command-line option with this help (``kind``: its
+    type, where the default is ``None``)."""
+    return field(default=default, metadata={"help": help, "type": kind or type(default)})
+
+
+# What a ``None`` of these settings means, per kind of algorithm.  The PPO recipe's GAE
+# lambda of 0.5 and larger batches are measured in docs/other_libraries.md ("What slowed
+# MAPPO"): with lambda 0.95 a node's advantage sums some 20 ticks of every node's choices
+# and the cost of one move is lost in them.
+RECIPES: dict[str, dict[str, Any]] = {
+    "ppo": {"gamma": 0.95, "frames_per_batch": 2048, "minibatch": 256},
+    "value": {"gamma": 0.99, "frames_per_batch": 512, "minibatch": 128},
+}
 
 
 @dataclass(frozen=True)
@@ -148,12 +161,24 @@ class Config:
     horizon: int = _opt(120, "ticks with arrivals")
     hidden: int = _opt(128, "width of the two hidden layers of every network")
     lr: float = _opt(1e-3, "Adam learning rate")
-    gamma: float = _opt(0.99, "discount per step")
+    gamma: float | None = _opt(
+        None, "discount per step (default: 0.95 for mappo/ippo, 0.99 for vdn/qmix)", float
+    )
     max_grad_norm: float = _opt(1.0, "gradient-norm clip")
-    frames_per_batch: int = _opt(512, "steps collected per iteration")
-    minibatch: int = _opt(128, "steps per gradient step (each holds every node's choice)")
-    epochs: int = _opt(10, "PPO: passes over each batch")
-    lmbda: float = _opt(0.95, "PPO: GAE lambda")
+    frames_per_batch: int | None = _opt(
+        None, "steps collected per iteration (default: 2048 for mappo/ippo, 512 for vdn/qmix)", int
+    )
+    minibatch: int | None = _opt(
+        None,
+        "steps per gradient step, each holding every node's choice (default: 256 for "
+        "mappo/ippo, 128 for vdn/qmix)",
+        int,
+    )
+    epochs: int = _opt(4, "PPO: passes over each batch")
+    lmbda: float = _opt(0.5, "PPO: GAE lambda")
+    shaping: float = _opt(
+        1.0, "coefficient of the training env's progress shaping (evaluation counts completions)"
+    )
     clip: float = _opt(0.2, "PPO: clip epsilon")
     entropy: float = _opt(0.003, "PPO: entropy bonus coefficient")
     updates: int = _opt(16, "VDN/QMIX: gradient steps per collected batch")
@@ -169,10 +194,18 @@ class Config:
             raise ValueError(f"algorithm {self.algorithm!r}: expected one of {list(ALGORITHMS)}")
         if self.interval != 1 and not self.stay:
             raise ValueError(f"interval={self.interval} needs stay=True (--stay)")
+        recipe = RECIPES["ppo" if self.algorithm in ("mappo", "ippo") else "value"]
+        for name, value in recipe.items():
+            if getattr(self, name) is None:
+                object.__setattr__(self, name, value)
 
     def env_kwargs(self, split: str) -> dict[str, Any]:
-        """Keyword arguments of the registered env for one trace split."""
-        return env_kwargs(self, split)
+        """Keyword arguments of the registered env for one trace split (the training
+        split's reward with ``shaping``)."""
+        kwargs = env_kwargs(self, split)
+        if split == self.train_split:
+            kwargs["shaping"] = self.shaping
+        return kwargs
 
     def eval_seeds(self, episodes: int) -> list[int]:
         """The harness's seeds of the first ``episodes`` evaluation episodes."""
@@ -459,11 +492,18 @@ def train(
     return pd.DataFrame(rows), spent
 
 
+class _Help(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows each option's default, except where the help says what ``None`` means."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        return action.help if action.default is None else super()._get_help_string(action)
+
+
 def parse_args(argv: list[str] | None = None) -> Config:
     """The command line: one option per :class:`Config` field, same name with dashes."""
     p = argparse.ArgumentParser(
         description=__doc__.split("\n")[0],
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=_Help,
     )
     for f in dataclasses.fields(Config):
         name = f"--{f.name.replace('_', '-')}"
@@ -478,7 +518,7 @@ def parse_args(argv: list[str] | None = None) -> Config:
             choices = ALGORITHMS if f.name == "algorithm" else None
             p.add_argument(
                 name,
-                type=type(f.default),
+                type=f.metadata["type"],
                 default=f.default,
                 choices=choices,
                 help=f.metadata["help"],
@@ -523,6 +563,7 @@ def run(cfg: Config) -> dict[str, Any]:
         "ticks": int(curve["ticks"].iloc[-1]),
         "train_seconds": train_s,
         **completion_summary(episodes),
+        **paired_leads(episodes, cfg.algorithm),
     }
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -543,6 +584,10 @@ def run(cfg: Config) -> dict[str, Any]:
             f"{result[f'{n}_moves_per_tick']:>10.2f}  {result[f'{n}_idled_per_tick']:>10.2f}  "
             f"{result[f'{n}_bumped_per_tick']:>11.2f}"
         )
+    for name in PAIRED_AGAINST:
+        key = f"{cfg.algorithm}_minus_{name}"
+        half = result[f"{key}_ci95"]
+        print(f"  {cfg.algorithm} - {name:<9} {result[key]:>+7.3f} ± {half:.3f} (paired)")
     return result
 
 

@@ -117,3 +117,21 @@ def test_completion_plot_legend_covers_no_curve(tmp_path, monkeypatch) -> None:
     legend, axes_box = ax.get_legend().get_window_extent(), ax.get_window_extent()
     assert legend.x0 >= axes_box.x1  # right of the plotting area: over no curve
     assert legend.x1 <= fig.bbox.x1  # and inside the image
+
+
+def test_paired_leads_pair_episode_by_episode_and_refuse_unequal_lists():
+    from mara_agents.evaluation.references import paired_leads
+
+    episodes = {
+        "mappo": [{"completion": c} for c in (0.5, 0.7, 0.9)],
+        "edf": [{"completion": c} for c in (0.4, 0.7, 0.6)],
+    }
+    lead = paired_leads(episodes, "mappo", against=["edf"])
+    assert lead["mappo_minus_edf"] == pytest.approx(0.4 / 3)
+    # the t half-width of the differences (0.1, 0, 0.3), not of either list
+    assert lead["mappo_minus_edf_ci95"] == pytest.approx(
+        4.302653 * np.std([0.1, 0, 0.3], ddof=1) / 3**0.5
+    )
+    episodes["edf"].pop()
+    with pytest.raises(ValueError, match="'mappo' has 3 episodes and 'edf' 2"):
+        paired_leads(episodes, "mappo", against=["edf"])

@@ -45,6 +45,8 @@ def test_algorithm_trains_evaluates_and_writes_outputs(example, tmp_path, algori
     result = example.main(f"--algorithm {algorithm} {opt_in} {TINY} --out {out}".split())
     for name in (algorithm, "random_actions", "random_policy", "edf", "uniform"):
         assert 0.0 <= result[name] <= 1.0, name
+    for name in ("random", "edf", "uniform"):  # paired over the same 3 episodes
+        assert math.isclose(result[f"{algorithm}_minus_{name}"], result[algorithm] - result[name])
     curve = pd.read_csv(out / "curve.csv")
     assert list(curve.columns) == [
         "wall_s",
@@ -71,3 +73,22 @@ def test_the_command_line_names_bad_settings(example, capsys):
     with pytest.raises(SystemExit):
         example.parse_args(["--interval", "2"])
     assert "interval=2 needs stay=True (--stay)" in capsys.readouterr().err
+
+
+def test_each_kind_of_algorithm_gets_its_recipe_unless_told(example):
+    mappo, qmix = example.Config(algorithm="mappo"), example.Config(algorithm="qmix")
+    assert (mappo.gamma, mappo.frames_per_batch, mappo.minibatch) == (0.95, 2048, 256)
+    assert (qmix.gamma, qmix.frames_per_batch, qmix.minibatch) == (0.99, 512, 128)
+    told = example.parse_args("--algorithm ippo --gamma 0.99 --frames-per-batch 64".split())
+    assert (told.gamma, told.frames_per_batch, told.minibatch) == (0.99, 64, 256)
+    # shaping changes the training reward only; evaluation envs keep the registered one
+    shaped = example.Config(shaping=4.0)
+    assert shaped.env_kwargs("train")["shaping"] == 4.0
+    assert "shaping" not in shaped.env_kwargs("val")
+
+
+def test_the_curve_plot_draws_the_shipped_runs(tmp_path):
+    plot = load_script(SCRIPT.parent / "plot_marl_curves.py")
+    runs = sorted((SCRIPT.parents[1] / "docs" / "data" / "marl_60min").iterdir())
+    out = plot.main([*map(str, runs), "--out", str(tmp_path / "curves.png")])
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

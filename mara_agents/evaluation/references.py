@@ -3,7 +3,8 @@ own episodes: the random *policy* through the env's API and every built-in sched
 
 A script that trains with another library (``examples/``) plays its policy on the seeds of
 :func:`episode_seeds` and reports it next to :func:`reference_episodes` on the same seeds;
-:func:`completion_summary` gives the mean completion rate of each with its 95% half-width.
+:func:`completion_summary` gives the mean completion rate of each with its 95% half-width,
+and :func:`paired_leads` the learned policy's lead over the references, seed by seed.
 """
 
 from __future__ import annotations
@@ -86,4 +87,26 @@ def completion_summary(episodes: Mapping[str, Sequence[Mapping[str, float]]]) ->
         result[name], result[f"{name}_ci95"] = mean, half
         for key in PER_TICK:
             result[f"{name}_{key}"] = mean_of(figures, key)
+    return result
+
+
+PAIRED_AGAINST = ("random", "edf", "uniform")  # the references a learned policy is paired with
+
+
+def paired_leads(
+    episodes: Mapping[str, Sequence[Mapping[str, float]]],
+    learned: str,
+    against: Sequence[str] = PAIRED_AGAINST,
+) -> dict[str, float]:
+    """Completion of ``learned`` minus each policy of ``against``, paired episode by episode
+    (the lists share their seeds): ``<learned>_minus_<name>`` and its 95% half-width
+    ``<learned>_minus_<name>_ci95``."""
+    mine = np.array([e["completion"] for e in episodes[learned]])
+    result: dict[str, float] = {}
+    for name in against:
+        other = np.array([e["completion"] for e in episodes[name]])
+        if len(other) != len(mine):
+            raise ValueError(f"{learned!r} has {len(mine)} episodes and {name!r} {len(other)}")
+        key = f"{learned}_minus_{name}"
+        result[key], result[f"{key}_ci95"] = mean_ci(mine - other)
     return result
