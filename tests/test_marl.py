@@ -147,3 +147,32 @@ def test_interval_steps_that_many_ticks_and_the_return_counts_completions(interv
             steps += 1
             assert sim.t == steps * interval or not env.agents
         assert total == pytest.approx(sim.metrics()["completed"])
+
+
+def test_the_hand_rules_play_valid_actions_through_the_opt_in():
+    """examples/stay_rules.py: every rule asks for valid actions only (strict env), and
+    uniform share through the opt-in is uniform share's allocation."""
+    from pathlib import Path
+
+    from tests.conftest import load_script
+
+    rules = load_script(Path(__file__).resolve().parents[1] / "examples" / "stay_rules.py")
+    settings = rules.Settings(nodes=6, slots=4, horizon=20, episodes=3, eval_seed=2)
+    for rule in rules.RULES.values():
+        env = marl.parallel_env(**rules.env_kwargs(settings, "val"), strict=True)
+        observations, _ = env.reset(seed=5)
+        while env.agents:  # strict: a masked action would raise
+            acts = rule(env, observations)
+            assert set(acts) == set(env.agents)
+            observations, *_ = env.step(acts)
+    # episode by episode, the allocation of the uniform scheduler
+    wide = rules.Settings(nodes=6, slots=8, horizon=20)
+    seeds = rules.episode_seeds(2, 1.0, 4)
+    uniform = rules.reference_episodes(rules.env_kwargs(wide, "val"), seeds)["uniform"]
+    assert [rules.play(rules.uniform_through_stay, wide, s) for s in seeds] == [
+        {**e, "bumped_per_tick": 0.0} for e in uniform
+    ]
+    result = rules.main("--nodes 6 --slots 4 --horizon 20 --episodes 3 --eval-seed 2".split())
+    for name in rules.RULES:
+        assert 0.0 <= result[name] <= 1.0
+        assert abs(result[f"{name}_minus_edf"] - (result[name] - result["edf"])) < 1e-12
