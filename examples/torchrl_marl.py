@@ -17,7 +17,10 @@ uses torchrl 0.14 (``docs/other_libraries.md``).
   ``mara_env.marl.StayWrapper`` instead: a *stay* action, a conflict rule that idles no
   node that lost a race, and ``--interval`` ticks per step (so per TorchRL step).
 * **Policies.** Every network is shared by all nodes (``MultiAgentMLP(share_params=True,
-  centralized=False)``) and reads a node's ``observation``.  MAPPO and IPPO sample a
+  centralized=False)``) and reads a node's ``observation``.  With ``--actor slots`` the
+  policy (or Q-network) is :class:`SlotScorer` instead: one MLP scores every slot from
+  the node's features, its own task's row and that slot's row, so the slots share their
+  weights; critics stay MLPs.  MAPPO and IPPO sample a
   ``MaskedCategorical`` over the action mask (greedy: its mode); VDN and QMIX take the
   masked arg-max of their Q-values (``QValueModule``), exploring with masked
   epsilon-greedy (``EGreedyModule``) while they train.
@@ -116,11 +119,13 @@ from mara_agents.evaluation.references import (
     reference_episodes,
 )
 from mara_env import marl
+from mara_env.cluster_env import NODE_FEATURES, SLOT_FEATURES
 
 GROUP = "node"  # TorchRL groups agents named "node_<i>" under this key
 OBS = (GROUP, "observation", "observation")  # a node's policy input
 MASK = (GROUP, "action_mask")
 ALGORITHMS = ("mappo", "ippo", "vdn", "qmix")
+ACTORS = ("mlp", "slots")
 
 
 def _opt(default: Any, help: str, kind: type | None = None) -> Any:
@@ -160,6 +165,11 @@ class Config:
     load: float = _opt(1.0, "load factor rho")
     horizon: int = _opt(120, "ticks with arrivals")
     hidden: int = _opt(128, "width of the two hidden layers of every network")
+    actor: str = _opt(
+        "mlp",
+        f"network of the policy (or Q-values): one of {list(ACTORS)}; 'slots' scores "
+        "every slot with one MLP of (node, own task, slot) features",
+    )
     lr: float = _opt(1e-3, "Adam learning rate")
     gamma: float | None = _opt(
         None, "discount per step (default: 0.95 for mappo/ippo, 0.99 for vdn/qmix)", float
@@ -192,6 +202,8 @@ class Config:
     def __post_init__(self) -> None:
         if self.algorithm not in ALGORITHMS:
             raise ValueError(f"algorithm {self.algorithm!r}: expected one of {list(ALGORITHMS)}")
+        if self.actor not in ACTORS:
+            raise ValueError(f"actor {self.actor!r}: expected one of {list(ACTORS)}")
         if self.interval != 1 and not self.stay:
             raise ValueError(f"interval={self.interval} needs stay=True (--stay)")
         recipe = RECIPES["ppo" if self.algorithm in ("mappo", "ippo") else "value"]
@@ -265,6 +277,55 @@ def node_mlp(cfg: Config, n_in: int, n_out: int) -> MultiAgentMLP:
     )
 
 
+class SlotScorer(nn.Module):
+    """Per-action outputs of one node's observation that treat the K slots alike.
+
+    One MLP scores each slot from (the node's features, the row of the task it serves,
+    that slot's row); a second MLP gives the actions past the slots (idle, and stay under
+    the opt-in) from (the node's features, its task's row, the mean row of the occupied
+    slots).  The weights are shared by the slots, so what is learnt of one slot holds for
+    every slot: an MLP of the flat observation has to learn each slot's output apart.
+    Works on any leading dimensions (agents, batch), so every node shares it.
+    """
+
+    def __init__(self, slots: int, n_actions: int, hidden: int) -> None:
+        super().__init__()
+        self.k, self.node_dim, self.slot_dim = slots, len(NODE_FEATURES), len(SLOT_FEATURES)
+        self.mine = SLOT_FEATURES.index("is_mine")
+        self.occupied = SLOT_FEATURES.index("occupied")
+
+        def mlp(n_in: int, n_out: int) -> MLP:
+            return MLP(
+                in_features=n_in,
+                out_features=n_out,
+                depth=2,
+                num_cells=hidden,
+                activation_class=nn.Tanh,
+            )
+
+        self.score = mlp(self.node_dim + 2 * self.slot_dim, 1)
+        self.rest = mlp(self.node_dim + 2 * self.slot_dim, n_actions - slots)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        node = obs[..., : self.node_dim]
+        rows = obs[..., self.node_dim :].unflatten(-1, (self.k, self.slot_dim))
+        own = (rows * rows[..., self.mine : self.mine + 1]).sum(-2)  # zeros: no task
+        occupied = rows[..., self.occupied : self.occupied + 1]
+        pooled = (rows * occupied).sum(-2) / occupied.sum(-2).clamp(min=1.0)
+        context = torch.cat([node, own], -1)
+        per_slot = torch.cat([context.unsqueeze(-2).expand(*rows.shape[:-1], -1), rows], -1)
+        return torch.cat(
+            [self.score(per_slot).squeeze(-1), self.rest(torch.cat([context, pooled], -1))], -1
+        )
+
+
+def node_policy(cfg: Config, n_in: int, n_out: int) -> nn.Module:
+    """The shared network of a node's per-action outputs (``--actor``)."""
+    if cfg.actor == "slots":
+        return SlotScorer(cfg.slots, n_out, cfg.hidden)
+    return node_mlp(cfg, n_in, n_out)
+
+
 class TeamValue(nn.Module):
     """Value of the global state, repeated for each node (all share the team reward)."""
 
@@ -307,7 +368,7 @@ def make_ppo(cfg: Config, env: PettingZooWrapper) -> Learner:
     n_actions = env.full_action_spec[GROUP, "action"].space.n
     actor = ProbabilisticActor(
         TensorDictModule(
-            node_mlp(cfg, obs_dim, n_actions), in_keys=[OBS], out_keys=[(GROUP, "logits")]
+            node_policy(cfg, obs_dim, n_actions), in_keys=[OBS], out_keys=[(GROUP, "logits")]
         ),
         in_keys={"logits": (GROUP, "logits"), "mask": MASK},
         out_keys=[(GROUP, "action")],
@@ -355,7 +416,7 @@ def make_value_decomposition(cfg: Config, env: PettingZooWrapper) -> Learner:
     local = (GROUP, "chosen_action_value")
     qnet = TensorDictSequential(
         TensorDictModule(
-            node_mlp(cfg, obs_dim, action_spec.space.n),
+            node_policy(cfg, obs_dim, action_spec.space.n),
             in_keys=[OBS],
             out_keys=[(GROUP, "action_value")],
         ),
@@ -515,7 +576,7 @@ def parse_args(argv: list[str] | None = None) -> Config:
                 help=f.metadata["help"],
             )
         else:
-            choices = ALGORITHMS if f.name == "algorithm" else None
+            choices = {"algorithm": ALGORITHMS, "actor": ACTORS}.get(f.name)
             p.add_argument(
                 name,
                 type=f.metadata["type"],

@@ -38,6 +38,8 @@ def example():
         ("vdn", ""),
         ("qmix", "--stay"),
         ("mappo", "--stay --interval 2"),
+        ("mappo", "--stay --actor slots"),
+        ("vdn", "--actor slots"),
     ],
 )
 def test_algorithm_trains_evaluates_and_writes_outputs(example, tmp_path, algorithm, opt_in):
@@ -73,6 +75,9 @@ def test_the_command_line_names_bad_settings(example, capsys):
     with pytest.raises(SystemExit):
         example.parse_args(["--interval", "2"])
     assert "interval=2 needs stay=True (--stay)" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        example.parse_args(["--actor", "gnn"])
+    assert "invalid choice: 'gnn'" in capsys.readouterr().err
 
 
 def test_each_kind_of_algorithm_gets_its_recipe_unless_told(example):
@@ -92,3 +97,29 @@ def test_the_curve_plot_draws_the_shipped_runs(tmp_path):
     runs = sorted((SCRIPT.parents[1] / "docs" / "data" / "marl_60min").iterdir())
     out = plot.main([*map(str, runs), "--out", str(tmp_path / "curves.png")])
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_slot_scorer_treats_slots_alike(example):
+    """Permuting the slot rows permutes the slot outputs and leaves idle and stay alone;
+    the own task's row is found through ``is_mine`` wherever it sits."""
+    from mara_env.cluster_env import NODE_FEATURES, SLOT_FEATURES
+
+    torch.manual_seed(0)
+    k, nd, sd = 5, len(NODE_FEATURES), len(SLOT_FEATURES)
+    net = example.SlotScorer(k, k + 2, hidden=8)
+    rows = torch.randn(3, 2, k, sd)  # batch, agents, slots, features
+    rows[..., SLOT_FEATURES.index("occupied")] = 1.0
+    rows[..., SLOT_FEATURES.index("is_mine")] = 0.0
+    rows[:, :, 1, SLOT_FEATURES.index("is_mine")] = 1.0
+    node = torch.randn(3, 2, nd)
+    out = net(torch.cat([node, rows.flatten(-2)], -1))
+    assert out.shape == (3, 2, k + 2)
+    perm = torch.tensor([3, 1, 4, 0, 2])
+    moved = net(torch.cat([node, rows[..., perm, :].flatten(-2)], -1))
+    torch.testing.assert_close(moved[..., :k], out[..., :k][..., perm])
+    torch.testing.assert_close(moved[..., k:], out[..., k:])
+    # a different own task changes every output
+    rows[:, :, 1, SLOT_FEATURES.index("is_mine")] = 0.0
+    rows[:, :, 2, SLOT_FEATURES.index("is_mine")] = 1.0
+    other = net(torch.cat([node, rows.flatten(-2)], -1))
+    assert not torch.allclose(other[..., k:], out[..., k:])
