@@ -65,6 +65,7 @@ def test_algorithm_trains_evaluates_and_writes_outputs(example, tmp_path, algori
     assert curve["val_completion"].between(0, 1).all()
     saved = json.loads((out / "result.json").read_text())
     assert saved["config"]["algorithm"] == algorithm and len(saved["seeds"]) == 3
+    assert math.isclose(sum(saved["completions"]["edf"]) / 3, result["edf"])
     assert math.isclose(saved[algorithm], result[algorithm])
 
 
