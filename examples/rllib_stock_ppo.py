@@ -107,11 +107,11 @@ from ray.tune.registry import register_env
 
 import mara_env
 from mara_agents.evaluation.references import (
-    PAIRED_AGAINST,
     completion_summary,
     env_kwargs,
     episode_figures,
     episode_seeds,
+    lead_lines,
     paired_leads,
     reference_episodes,
 )
@@ -368,11 +368,7 @@ def run(cfg: Config) -> dict[str, Any]:
             f"{result[f'{n}_moves_per_tick']:>10.2f}  {result[f'{n}_idled_per_tick']:>10.2f}  "
             f"{result[f'{n}_bumped_per_tick']:>11.2f}"
         )
-    for name in PAIRED_AGAINST:
-        print(
-            f"  ppo - {name:<9} {result[f'ppo_minus_{name}']:>+7.3f} ± "
-            f"{result[f'ppo_minus_{name}_ci95']:.3f} (paired)"
-        )
+    print("\n".join(lead_lines(result, "ppo")))
     return result
 
 

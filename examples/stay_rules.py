@@ -52,6 +52,7 @@ from mara_agents.evaluation.references import (
 )
 from mara_env import marl
 from mara_env.cluster_env import _NODE, _SLOT, NODE_FEATURES, SLOT_FEATURES
+from mara_env.schedulers import spread
 
 Rule = Callable[[marl.StayWrapper, dict[str, dict[str, np.ndarray]]], dict[str, int]]
 
@@ -99,14 +100,9 @@ def uniform_through_stay(env: marl.StayWrapper, observations: dict[str, dict[str
     _, slot = engine.node_rows()
     occupied = np.flatnonzero(engine.slot_tasks >= 0)
     share = np.zeros(len(engine.slot_tasks), np.int64)
-    left = len(slot)
-    while left > 0:  # water-fill the nodes over the visible tasks, in slot order
-        room = occupied[share[occupied] < engine.slot_cap[occupied]]
-        if not len(room):
-            break
-        take = room[:left]
-        share[take] += 1
-        left -= len(take)
+    visible = np.zeros(len(occupied), np.int64)  # the nodes, round-robin in slot order
+    spread(visible, engine.slot_cap[occupied], len(slot))
+    share[occupied] = visible
     kept = np.zeros(len(share), np.int64)
     acts, movers = {}, []
     for i, agent in enumerate(env.possible_agents):

@@ -110,11 +110,11 @@ from torchrl.objectives.multiagent import IPPOLoss, MAPPOLoss, QMixerLoss
 
 import mara_env
 from mara_agents.evaluation.references import (
-    PAIRED_AGAINST,
     completion_summary,
     env_kwargs,
     episode_figures,
     episode_seeds,
+    lead_lines,
     mean_of,
     paired_leads,
     reference_episodes,
@@ -655,10 +655,7 @@ def run(cfg: Config) -> dict[str, Any]:
             f"{result[f'{n}_moves_per_tick']:>10.2f}  {result[f'{n}_idled_per_tick']:>10.2f}  "
             f"{result[f'{n}_bumped_per_tick']:>11.2f}"
         )
-    for name in PAIRED_AGAINST:
-        key = f"{cfg.algorithm}_minus_{name}"
-        half = result[f"{key}_ci95"]
-        print(f"  {cfg.algorithm} - {name:<9} {result[key]:>+7.3f} ± {half:.3f} (paired)")
+    print("\n".join(lead_lines(result, cfg.algorithm)))
     return result
 
 

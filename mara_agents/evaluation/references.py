@@ -110,3 +110,14 @@ def paired_leads(
         key = f"{learned}_minus_{name}"
         result[key], result[f"{key}_ci95"] = mean_ci(mine - other)
     return result
+
+
+def lead_lines(result: Mapping[str, float], learned: str) -> list[str]:
+    """Printable lines of :func:`paired_leads`' figures in ``result``, one per reference."""
+    lines = []
+    for name in PAIRED_AGAINST:
+        key = f"{learned}_minus_{name}"
+        lines.append(
+            f"  {learned} - {name:<9} {result[key]:>+7.3f} ± {result[f'{key}_ci95']:.3f} (paired)"
+        )
+    return lines
