@@ -22,10 +22,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from flow_predictor.compiled import maybe_njit
 from flow_predictor.remaining import MIN_REPORTS, PredictionCache, RemainingWork
 from mara_env.cluster import ClusterSim
-from mara_env.schedulers import Scheduler, edf_order, fair_share, ticks_formula, warm_nodes
+from mara_env.compiled import maybe_njit
+from mara_env.schedulers import Scheduler, edf_order, round_robin, ticks_formula, warm_nodes
 
 if TYPE_CHECKING:
     from flow_predictor.flow import FlowPredictor
@@ -162,9 +162,9 @@ def joined(parts: list[np.ndarray]) -> np.ndarray:
     return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
 
-def _nodes_for(items: Sequence[SimTasks], work: np.ndarray, slacks: Sequence[int]) -> np.ndarray:
-    """:func:`nodes_needed` for each row ``work[p]`` (the tasks of every ``(sim, tasks)`` of
-    ``items``, in order) with ``slacks[p]`` ticks to spare, in one call."""
+def rule_columns(items: Sequence[SimTasks]) -> tuple[np.ndarray, ...]:
+    """What the rule reads of the tasks of every ``(sim, tasks)`` of ``items``, end to end:
+    ticks left to the deadline, cap, warm nodes, rate and alpha."""
     columns = [
         (
             sim.workload.deadline[tasks] - sim.t,
@@ -175,7 +175,13 @@ def _nodes_for(items: Sequence[SimTasks], work: np.ndarray, slacks: Sequence[int
         )
         for sim, tasks in items
     ]
-    left, cap, warm, rate, alpha = (joined(list(c)) for c in zip(*columns))
+    return tuple(joined(list(c)) for c in zip(*columns))
+
+
+def _nodes_for(items: Sequence[SimTasks], work: np.ndarray, slacks: Sequence[int]) -> np.ndarray:
+    """:func:`nodes_needed` for each row ``work[p]`` (the tasks of every ``(sim, tasks)`` of
+    ``items``, in order) with ``slacks[p]`` ticks to spare, in one call."""
+    left, cap, warm, rate, alpha = rule_columns(items)
     return _fewest_nodes(np.asarray(work, np.float64), left, slacks, cap, warm, rate, alpha)
 
 
@@ -184,24 +190,122 @@ def nodes_to_finish(sim: Any, tasks: np.ndarray, work: np.ndarray, slack: int) -
     return _nodes_for([(sim, tasks)], np.asarray(work, np.float64)[None, :], [slack])[0]
 
 
-def _want_and_reach(
+@maybe_njit(cache=True, error_model="numpy")
+def _wants(
+    upper: np.ndarray,
+    low: np.ndarray,
+    fallback: np.ndarray,
+    left: np.ndarray,
+    cap: np.ndarray,
+    warm: np.ndarray,
+    rate: np.ndarray,
+    alpha: np.ndarray,
+    slack: float,
+    triage: bool,
+    starts: np.ndarray,
+    num_nodes: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The rule's want of every task, and its triage: the tasks served last (``last``) in
+    each simulation ``s`` (tasks ``starts[s]:starts[s + 1]``) whose flag ``served_last[s]``
+    is set.  A fallback's want is its cap; with ``triage``, a task is hopeless when not
+    even ``low`` (remaining work) finishes on its cap by its deadline, unless its
+    prediction is a fallback or unknown, and hopeless tasks are served last while the
+    others want at least the simulation's ``num_nodes``."""
+    n = len(upper)
+    work = np.empty((2 if triage else 1, n))
+    slacks = np.array([slack, 0.0])[: work.shape[0]]
+    for i in range(n):
+        work[0, i] = np.inf if fallback[i] else upper[i]
+        if triage:
+            work[1, i] = np.nan if fallback[i] else low[i]
+    need = _first_fits(work, left, slacks, cap, warm, rate, alpha)
+    want = np.where(need[0] > 0, need[0], cap)
+    last = np.zeros(n, np.bool_)
+    served_last = np.zeros(len(starts) - 1, np.bool_)
+    if triage:
+        for s in range(len(starts) - 1):
+            a, b = starts[s], starts[s + 1]
+            if want[a:b].sum() < num_nodes[s]:  # the cluster covers every want: no triage
+                continue
+            others = 0
+            for i in range(a, b):
+                # nan (fallback or unknown) gives 0 from the first fit as well: not hopeless
+                last[i] = need[1, i] == 0 and not fallback[i] and not np.isnan(low[i])
+                if not last[i]:
+                    others += want[i]
+            served_last[s] = last[a:b].any() and others >= num_nodes[s]
+    return want, last, served_last
+
+
+@maybe_njit(cache=True)
+def _counts(
+    upper: np.ndarray,
+    low: np.ndarray,
+    fallback: np.ndarray,
+    left: np.ndarray,
+    cap: np.ndarray,
+    warm: np.ndarray,
+    rate: np.ndarray,
+    alpha: np.ndarray,
+    slack: float,
+    triage: bool,
+    starts: np.ndarray,
+    num_nodes: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """The rule's want and count of every task: :func:`_wants`, then each simulation's
+    tasks share its nodes (:func:`~mara_env.schedulers.round_robin`, in their order: the
+    deadline order) up to their wants, then up to their caps, the tasks it serves last
+    after every other."""
+    want, last, served_last = _wants(
+        upper, low, fallback, left, cap, warm, rate, alpha, slack, triage, starts, num_nodes
+    )
+    counts = np.empty_like(want)
+    for s in range(len(starts) - 1):
+        a, b = starts[s], starts[s + 1]
+        hopeless = last[a:b] if served_last[s] else np.zeros(b - a, np.bool_)
+        counts[a:b] = round_robin(cap[a:b], want[a:b], hopeless, num_nodes[s])
+    return want, counts
+
+
+# the dtypes of _counts' array arguments, in its order (slack and triage are scalars)
+_RULE_DTYPES = (
+    np.float64,
+    np.float64,
+    np.bool_,
+    np.float64,
+    np.int64,
+    np.float64,
+    np.float64,
+    np.float64,
+)
+
+
+def segments(items: Sequence[SimTasks]) -> tuple[np.ndarray, np.ndarray]:
+    """Where each simulation's tasks start in the rows of ``items`` (and where the last
+    ends), and each simulation's nodes."""
+    starts = np.zeros(len(items) + 1, np.int64)
+    starts[1:] = np.cumsum([len(tasks) for _, tasks in items])
+    return starts, np.array([sim.config.num_nodes for sim, _ in items], np.int64)
+
+
+def rule_counts(
     items: Sequence[SimTasks],
     rw: RemainingWork,
     upper: np.ndarray,
     slack: int,
-    low: np.ndarray | None = None,
-) -> tuple[np.ndarray, np.ndarray | None]:
-    """:func:`confident_nodes` for ``upper`` and, given ``low``, the fewest nodes that finish
-    each task by its deadline if its remaining work is ``low`` (0: none within its cap, or
-    a fallback), for the tasks of every ``(sim, tasks)`` of ``items`` (whose predictions are
-    the rows of ``rw``, in order): all from one :func:`nodes_needed` call."""
-    work, slacks = [np.where(rw.fallback, np.inf, upper)], [slack]
-    if low is not None:
-        work.append(np.where(rw.fallback, np.nan, low))
-        slacks.append(0)
-    need = _nodes_for(items, np.stack(work), slacks)
-    cap = joined([sim.workload.cap[tasks] for sim, tasks in items])
-    return np.where(need[0] > 0, need[0], cap), None if low is None else need[1]
+    low: np.ndarray | None,
+    columns: tuple[np.ndarray, ...] | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_counts` of the tasks of every ``(sim, tasks)`` of ``items``, whose predictions
+    are the rows of ``rw`` (``upper`` and ``low``: its quantiles, ``low`` None: no triage;
+    ``columns``: :func:`rule_columns` of ``items`` if already gathered)."""
+    if not len(upper):
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    columns = rule_columns(items) if columns is None else columns
+    arrays = (upper, upper if low is None else low, rw.fallback, *columns)
+    typed = [np.asarray(x, t) for x, t in zip(arrays, _RULE_DTYPES)]
+    with np.errstate(invalid="ignore", divide="ignore"):  # what ticks_needed ignores
+        return _counts(*typed, float(slack), low is not None, *segments(items))
 
 
 def confident_nodes(
@@ -221,7 +325,7 @@ def confident_nodes(
     """
     if upper is None:
         upper = rw.quantiles([quantile])[:, 0]
-    return _want_and_reach([(sim, tasks)], rw, upper, slack)[0]
+    return rule_counts([(sim, tasks)], rw, upper, slack, None)[0]
 
 
 def flow_share_counts(
@@ -235,8 +339,9 @@ def flow_share_counts(
 ) -> tuple[np.ndarray, np.ndarray]:
     """``flow_share``'s want (:func:`confident_nodes`) and count of each of ``tasks``.
 
-    ``tasks`` in deadline order share the nodes round-robin (:func:`fair_share`), first up to
-    their wants, then up to their caps.  With ``drop``: a task is *hopeless* when even the
+    ``tasks`` in deadline order share the nodes round-robin
+    (:func:`~mara_env.schedulers.fair_share`), first up to their wants, then up to their
+    caps.  With ``drop``: a task is *hopeless* when even the
     ``drop`` quantile of its remaining work cannot be done by its deadline on its cap (not
     while its prediction is a fallback); while the other tasks want at least every node,
     hopeless ones get only what is left once the others reach their caps.
@@ -253,30 +358,17 @@ def flow_share_counts_many(
     slack: int = DEFAULTS.slack,
     drop: float | None = DEFAULTS.drop,
     qs: dict[float, np.ndarray] | None = None,
+    columns: tuple[np.ndarray, ...] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """:func:`flow_share_counts` of the tasks of every ``(sim, tasks)`` of ``items`` (several
     simulations, each shared by its own tasks), whose predictions are the rows of ``rw`` in
-    that order; ``want`` and ``counts`` in that order too."""
+    that order; ``want`` and ``counts`` in that order too (``columns``:
+    :func:`rule_columns` of ``items`` if already gathered)."""
     qs = dict(qs or {})
     missing = [q for q in (quantile, drop) if q and q not in qs]
     if missing:  # one sort of the samples for every level still needed
         qs.update(zip(missing, rw.quantiles(missing).T))
-    low = qs[drop] if drop else None
-    want, reach = _want_and_reach(items, rw, qs[quantile], slack, low)
-    counts = np.empty_like(want)
-    row = 0
-    for sim, tasks in items:
-        rows = slice(row, row + len(tasks))
-        row += len(tasks)
-        last = None
-        # Triage only matters when the wants exceed the cluster (want[~hopeless] <= want).
-        if drop and want[rows].sum() >= sim.config.num_nodes:
-            # nan (fallback or unknown) gives 0 from nodes_needed as well: not hopeless
-            hopeless = (reach[rows] == 0) & ~rw.fallback[rows] & ~np.isnan(low[rows])
-            if hopeless.any() and want[rows][~hopeless].sum() >= sim.config.num_nodes:
-                last = hopeless
-        counts[rows] = fair_share(sim, tasks, want[rows], last=last)[tasks]
-    return want, counts
+    return rule_counts(items, rw, qs[quantile], slack, qs[drop] if drop else None, columns)
 
 
 class TrueRemaining:

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from flow_predictor.compiled import maybe_njit
+from mara_env.compiled import maybe_njit
 from mara_env.traces import LOSS_FLOOR  # one floor for simulator and predictors
 
 MIN_REPORTS = 3
@@ -267,63 +267,91 @@ class PredictionCache:
         self.refresh = float(refresh)
         self.every = int(every)
         self.refit_fallbacks = refit_fallbacks
-        # task -> (reports at prediction, work at prediction, samples, fallback)
-        self._cache: dict[int, tuple[int, float, np.ndarray, bool]] = {}
+        # per task id: reports and work at its prediction (-1 reports: none yet), the
+        # prediction's samples and fallback flag; arrays grown as task ids come
+        self._reports = np.full(0, -1, np.int64)
+        self._at = np.zeros(0)
+        self._fallback = np.zeros(0, bool)
+        self._samples: np.ndarray | None = None
 
     def clear(self) -> None:
         """Forget every task (new episode)."""
-        self._cache.clear()
+        self._reports[:] = -1
+
+    def _room(self, tasks: np.ndarray) -> None:
+        """Rows for every task id of ``tasks``."""
+        need = int(tasks.max(initial=-1)) + 1
+        if need > len(self._reports):
+            size = max(need, 2 * len(self._reports), 64)
+            grow = size - len(self._reports)
+            self._reports = np.concatenate([self._reports, np.full(grow, -1, np.int64)])
+            self._at = np.concatenate([self._at, np.zeros(grow)])
+            self._fallback = np.concatenate([self._fallback, np.zeros(grow, bool)])
+            if self._samples is not None:
+                self._samples = np.concatenate(
+                    [self._samples, np.zeros((grow, self._samples.shape[1]))]
+                )
 
     def stale(self, sim: Any, tasks: np.ndarray) -> list[int]:
         """The tasks among ``tasks`` to predict again (the refresh rule above)."""
-        cache, hist, refit = self._cache, sim.hist_work, self.refit_fallbacks
-        every, refresh = self.every, self.refresh
+        tasks = np.asarray(tasks, np.int64)
+        self._room(tasks)
+        hist, refit, every, refresh = sim.hist_work, self.refit_fallbacks, self.every, self.refresh
         out = []
-        for k in np.asarray(tasks).tolist():
-            n, hit = len(hist[k]), cache.get(k)
+        for k, at, fallback in zip(
+            tasks.tolist(), self._reports[tasks].tolist(), self._fallback[tasks].tolist()
+        ):
+            n = len(hist[k])
             if (
-                hit is None
-                or (refit and hit[3] and n != hit[0])
-                or n - hit[0] >= max(every, int(refresh * hit[0]))
+                at < 0
+                or (refit and fallback and n != at)
+                or n - at >= max(every, int(refresh * at))
             ):
                 out.append(k)
         return out
 
     def _store(self, sim: Any, tasks: list[int], rw: RemainingWork, at: np.ndarray) -> None:
-        for i, k in enumerate(tasks):
-            self._cache[k] = (
-                len(sim.hist_work[k]),
-                float(at[i]),
-                rw.samples[i],
-                bool(rw.fallback[i]),
-            )
+        rows = np.asarray(tasks, np.int64)
+        self._room(rows)
+        if self._samples is None or self._samples.shape[1] != rw.samples.shape[1]:
+            if self._samples is not None and (self._reports >= 0).any():
+                raise ValueError(
+                    f"a prediction of {rw.samples.shape[1]} samples a task after "
+                    f"{self._samples.shape[1]}: a cache holds one predictor's predictions"
+                )
+            self._samples = np.zeros((len(self._reports), rw.samples.shape[1]))
+        hist = sim.hist_work
+        self._reports[rows] = [len(hist[k]) for k in tasks]
+        self._at[rows] = at
+        self._samples[rows] = rw.samples
+        self._fallback[rows] = rw.fallback
 
-    def _hits(self, sim: Any, tasks: np.ndarray) -> list[tuple[int, float, np.ndarray, bool]]:
-        """The entries of ``tasks``, predicting the stale ones first (one call)."""
+    def _predicted(self, sim: Any, tasks: np.ndarray) -> np.ndarray:
+        """``tasks`` as task ids, predicting the stale ones first (one call)."""
+        tasks = np.asarray(tasks, np.int64)
         stale = self.stale(sim, tasks)
         if stale:
             self._store(sim, stale, *self.predict(sim, np.asarray(stale, np.int64)))
-        cache = self._cache
-        return [cache[k] for k in np.asarray(tasks).tolist()]
+        return tasks
 
     def totals(self, sim: Any, tasks: np.ndarray) -> np.ndarray:
         """(n_tasks, n_samples) predicted total work of ``tasks`` (``inf``: not reached)."""
-        hits = self._hits(sim, tasks)
-        if not hits:
+        tasks = self._predicted(sim, tasks)
+        if not len(tasks):
             return np.zeros((0, 1))
-        return np.stack([h[2] for h in hits]) + np.array([h[1] for h in hits])[:, None]
+        return self._samples[tasks] + self._at[tasks][:, None]
 
     def get(self, sim: Any, tasks: np.ndarray) -> RemainingWork:
         """Remaining work of ``tasks`` from their current work on."""
-        hits = self._hits(sim, tasks)
-        if not hits:
+        tasks = self._predicted(sim, tasks)
+        if not len(tasks):
             return RemainingWork(np.zeros((0, 1)), np.zeros(0, bool))
-        samples = np.stack([h[2] for h in hits])
-        done = np.asarray(sim.work, np.float64)[np.asarray(tasks)]
-        at = np.array([h[1] for h in hits])
+        samples = self._samples[tasks]
+        done = np.asarray(sim.work, np.float64)[tasks]
+        at = self._at[tasks]
         if (done != at).any():  # total = samples + work at prediction; nan and inf stay
             samples = remaining_from_total(samples + at[:, None], done[:, None])
-        return RemainingWork(samples, np.array([h[3] for h in hits], bool))
+        return RemainingWork(samples, self._fallback[tasks])
 
 
 def refresh_together(requests: Sequence[tuple[PredictionCache, Any, np.ndarray]]) -> None:

@@ -37,11 +37,13 @@ from gymnasium import spaces
 from pettingzoo import AECEnv
 from pettingzoo.utils import BaseWrapper
 
-from flow_predictor.flow_share import DEFAULTS, FLOW_SAMPLES, flow_share_counts_many, joined
+from flow_predictor.flow_share import DEFAULTS, FLOW_SAMPLES, _counts, joined, segments
 from flow_predictor.remaining import (
     PredictionCache,
-    RemainingWork,
     RemainingWorkPredictor,
+    _neighbours,
+    _quantiles,
+    _shares_within,
     refresh_together,
 )
 from flow_predictor.wls import WLSPredictor
@@ -138,7 +140,8 @@ class PredictorFeatures(BaseWrapper):
         self._state_dim = obs_dim + self.queue_dim
         # node index of each agent on mara_env's own AEC env: once reset, observations are
         # read from its engine directly (what its observe() returns), past the wrapper chain
-        self._index = getattr(env.unwrapped, "_index", None)
+        self._raw = env.unwrapped
+        self._index = getattr(self._raw, "_index", None)
         self._ready = False
 
     def observation_space(self, agent: str) -> gymnasium.Space:
@@ -160,7 +163,7 @@ class PredictorFeatures(BaseWrapper):
     def last(self, observe: bool = True) -> tuple[Any, float, bool, bool, dict[str, Any]]:
         # Same as AECEnv.last, reading the raw env directly: the attribute chain through
         # three wrappers' __getattr__ otherwise costs more than the predictor itself.
-        raw = self.env.unwrapped
+        raw = self._raw
         agent = raw.agent_selection
         return (
             self.observe(agent) if observe else None,
@@ -176,8 +179,10 @@ class PredictorFeatures(BaseWrapper):
 
     # ---- features --------------------------------------------------------------
     def _extend(self, env_state: np.ndarray, mask: np.ndarray) -> dict[str, np.ndarray]:
+        if self._key != self._tick():
+            _fill_features([self])
         state = np.empty(self._state_dim, np.float32)
-        _place(env_state, self._env_at, self._slot_predictions(), self._pred_at, state)
+        _place(env_state, self._env_at, self._extra, self._pred_at, state)
         return {"observation": state[: self._obs_dim].copy(), "action_mask": mask, "state": state}
 
     def _prediction_request(self) -> tuple[PredictionCache, Any, np.ndarray]:
@@ -190,18 +195,14 @@ class PredictorFeatures(BaseWrapper):
         sim = self._engine.sim
         return id(sim.workload), sim.t
 
-    def _slot_predictions(self) -> np.ndarray:
-        if self._key != self._tick():
-            _fill_features([self])
-        return self._extra
-
 
 def _fill_features(wrappers: Sequence[PredictorFeatures]) -> None:
-    """This tick's predictor features of every wrapper's slots, computed together: one sort
-    of the samples, one probability pass and one node count for all of them."""
+    """This tick's predictor features of every wrapper's slots, computed together: one
+    compiled pass (:func:`_feature_rows`) over all their tasks."""
     requests, parts = [], []
     for w in wrappers:
-        w._extra, w._key = np.zeros_like(w._extra), w._tick()
+        w._extra.fill(0.0)
+        w._key = w._tick()
         cache, sim, tasks = w._prediction_request()
         if len(tasks):
             rw, wl = cache.get(sim, tasks), sim.workload
@@ -210,63 +211,106 @@ def _fill_features(wrappers: Sequence[PredictorFeatures]) -> None:
                 (
                     rw.samples,
                     rw.fallback,
+                    wl.deadline[tasks] - sim.t,
+                    wl.cap[tasks],
+                    sim.nodes_now[tasks],
                     wl.rate[tasks],
                     wl.alpha[tasks],
-                    wl.cap[tasks],
                     reference_nodes(wl, w._engine.config, tasks),
-                    sim.nodes_now[tasks],
-                    wl.deadline[tasks] - sim.t,
                 )
             )
     if not requests:
         return
-    columns = (joined(list(c)) for c in zip(*parts))
-    samples, fallback, rate, alpha, caps, n_ref, nodes_now, left = columns
-    rw = RemainingWork(samples, fallback)
-    ref = rate * n_ref**alpha
-    budgets = np.empty((len(rate), 2))
-    budgets[:, 0] = rate * nodes_now**alpha * left
-    budgets[:, 1] = rate * caps**alpha * np.maximum(left - 1, 0)
-    levels = (*QUANTILES, DEFAULTS.drop)
-    all_qs = rw.quantiles(levels)  # one sort for the features and flow_share's levels
-    # slots are in deadline order, as flow_share's round-robin
-    known = {q: all_qs[:, j] for j, q in enumerate(levels)}
-    need, share = flow_share_counts_many([(sim, tasks) for _, sim, tasks in requests], rw, qs=known)
-    with np.errstate(over="ignore", invalid="ignore"):
-        log_q = np.log1p(all_qs[:, :3] / ref[:, None])
-    rows = np.empty((len(rate), len(PREDICTOR_FEATURES)), np.float32)
-    _feature_rows(log_q, rw.prob_within(budgets), fallback, need, share, caps, rows)
+    columns = [joined(list(c)) for c in zip(*parts)]
+    typed = [np.asarray(x, t) for x, t in zip(columns, _COLUMN_DTYPES)]
+    rows = np.empty((len(typed[0]), len(PREDICTOR_FEATURES)), np.float32)
+    levels = _neighbours(_LEVELS, typed[0].shape[1])
+    starts, nodes = segments([(sim, tasks) for _, sim, tasks in requests])
+    _feature_rows(*typed, *levels, starts, nodes, rows)
     start = 0
     for w, _, tasks in requests:
         w._extra[: len(tasks)] = rows[start : start + len(tasks)]
         start += len(tasks)
 
 
-@numba.njit(cache=True)
+# The quantile levels read from one sort: the features', then flow_share's triage level
+# (its want's is among the features'); flow_share's rule with its default parameters.
+_LEVELS = (*QUANTILES, DEFAULTS.drop)
+_UPPER, _LOW = _LEVELS.index(DEFAULTS.quantile), _LEVELS.index(DEFAULTS.drop)
+_SLACK, _TRIAGE = float(DEFAULTS.slack), DEFAULTS.drop > 0
+# the dtypes of _feature_rows' columns: samples, fallback, ticks left, cap, nodes now, rate,
+# alpha, reference nodes
+_COLUMN_DTYPES = (
+    np.float64,
+    np.bool_,
+    np.float64,
+    np.int64,
+    np.float64,
+    np.float64,
+    np.float64,
+    np.float64,
+)
+
+
+@numba.njit(cache=True, error_model="numpy")
 def _feature_rows(
-    log_q: np.ndarray,
-    probs: np.ndarray,
+    samples: np.ndarray,
     fallback: np.ndarray,
-    need: np.ndarray,
-    share: np.ndarray,
-    caps: np.ndarray,
+    left: np.ndarray,
+    cap: np.ndarray,
+    nodes_now: np.ndarray,
+    rate: np.ndarray,
+    alpha: np.ndarray,
+    n_ref: np.ndarray,
+    lo: np.ndarray,
+    hi: np.ndarray,
+    frac: np.ndarray,
+    starts: np.ndarray,
+    num_nodes: np.ndarray,
     out: np.ndarray,
 ) -> None:
-    """The predictor features of the first ``len(caps)`` slots into ``out`` (float32).
+    """The predictor features of tasks (rows; each simulation's ``starts[s]:starts[s+1]``,
+    in deadline order, as flow_share's round-robin) from their remaining-work samples,
+    into ``out`` (float32).
 
-    Unknown (nan) predictions read as 0 with the fallback flag set; "never" as the limit:
-    the env's own, so every feature of the observation shares its bounds.
+    The quantiles (sorted-sample neighbours ``lo``, ``hi`` and ``frac`` of :data:`_LEVELS`:
+    the features' and flow_share's, from one sort); the deadline probabilities at the
+    nodes now and at the cap; flow_share's want and count (its ``_counts``, default
+    parameters).  Unknown (nan) predictions read as 0 with the fallback flag set;
+    "never" as the limit: the env's own, so every feature of the observation shares its
+    bounds.
     """
-    for i in range(len(caps)):
+    qs = _quantiles(samples, lo, hi, frac)
+    budgets = np.empty((len(rate), 2))
+    for i in range(len(rate)):
+        budgets[i, 0] = rate[i] * nodes_now[i] ** alpha[i] * left[i]
+        budgets[i, 1] = rate[i] * cap[i] ** alpha[i] * max(left[i] - 1, 0.0)
+    probs = _shares_within(samples, budgets)
+    need, share = _counts(
+        qs[:, _UPPER],
+        qs[:, _LOW],
+        fallback,
+        left,
+        cap,
+        nodes_now,
+        rate,
+        alpha,
+        _SLACK,
+        _TRIAGE,
+        starts,
+        num_nodes,
+    )
+    for i in range(len(cap)):
+        ref = rate[i] * n_ref[i] ** alpha[i]
         row = out[i]
-        row[_Q10] = log_q[i, 0] / LOG_TICKS_SCALE
-        row[_Q50] = log_q[i, 1] / LOG_TICKS_SCALE
-        row[_Q90] = log_q[i, 2] / LOG_TICKS_SCALE
+        row[_Q10] = np.log1p(qs[i, 0] / ref) / LOG_TICKS_SCALE
+        row[_Q50] = np.log1p(qs[i, 1] / ref) / LOG_TICKS_SCALE
+        row[_Q90] = np.log1p(qs[i, 2] / ref) / LOG_TICKS_SCALE
         row[_P_NOW] = probs[i, 0]
         row[_P_CAP] = probs[i, 1]
         row[_FALLBACK] = fallback[i]
-        row[_NEEDED] = need[i] / caps[i]
-        row[_SHARE] = share[i] / caps[i]
+        row[_NEEDED] = need[i] / cap[i]
+        row[_SHARE] = share[i] / cap[i]
         for c in range(len(row)):
             v = row[c]
             row[c] = 0.0 if v != v else min(max(v, -OBS_LIMIT), OBS_LIMIT)

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from mara_env.cluster import ClusterSim, ClusterState
+from mara_env.compiled import maybe_njit
 from mara_env.config import ClusterConfig
 from mara_env.traces import TraceSet
 
@@ -120,28 +121,47 @@ def fair_share(
     """Nodes per task (length = tasks in the episode): ``order``'s tasks share the nodes
     round-robin, first up to ``want`` (aligned with ``order``), then up to their caps.
     Tasks flagged in ``last`` (aligned with ``order``) get nodes only once every other
-    task has its cap."""
+    task has its cap (:func:`round_robin`)."""
     caps = sim.workload.cap[order]
-    share = np.zeros(len(order), np.int64)
-    left = sim.config.num_nodes
-    first = caps if last is None else np.where(last, 0, caps)
-    if want is not None:
-        left = spread(share, np.minimum(want, first), left)
-    left = spread(share, first, left)
-    spread(share, caps, left)
+    share = round_robin(
+        caps,
+        caps if want is None else np.asarray(want, np.int64),
+        np.zeros(len(order), np.bool_) if last is None else np.asarray(last, np.bool_),
+        sim.config.num_nodes,
+    )
     counts = np.zeros(len(sim.status), np.int64)
     counts[order] = share
     return counts
 
 
+@maybe_njit(cache=True)
+def round_robin(caps: np.ndarray, want: np.ndarray, last: np.ndarray, nodes: int) -> np.ndarray:
+    """:func:`fair_share`'s shares of ``nodes`` nodes (arrays aligned with the order): up to
+    ``want``, then up to ``caps``, the tasks flagged ``last`` only after every other has
+    its cap."""
+    share = np.zeros(len(caps), np.int64)
+    first = np.where(last, 0, caps)
+    left = spread(share, np.minimum(want, first), nodes)
+    left = spread(share, first, left)
+    spread(share, caps, left)
+    return share
+
+
+@maybe_njit(cache=True)
 def spread(counts: np.ndarray, want: np.ndarray, left: int) -> int:
-    """Add nodes one at a time round-robin (in index order) up to ``want``; returns nodes left."""
+    """Add nodes one at a time round-robin (in index order) up to ``want``; returns nodes
+    left.  ``counts``: int64, changed in place."""
     while left > 0:
-        room = np.flatnonzero(counts < want)[:left]
-        if not len(room):
+        gave = 0
+        for i in range(len(counts)):
+            if left == 0:
+                break
+            if counts[i] < want[i]:
+                counts[i] += 1
+                left -= 1
+                gave += 1
+        if gave == 0:
             break
-        counts[room] += 1
-        left -= len(room)
     return left
 
 

@@ -1,6 +1,8 @@
 """numba's ``njit`` where the ``[predictor]`` extra is installed; without it (a bare
-install, whose ``flow_share:predictor=wls`` is numpy only) the same Python functions run
-uncompiled.  One source for both: there is no numpy twin of a compiled kernel."""
+install: the env, the simple schedulers, ``flow_share:predictor=wls``) the same Python
+functions run uncompiled.  One source for both: there is no numpy twin of a compiled
+kernel.  The schedulers' round-robin (:func:`mara_env.schedulers.spread`) and the
+predictor's per-tick kernels compile through it."""
 
 from __future__ import annotations
 
