@@ -94,17 +94,20 @@ class FlowFit(FittedPrefixes):
 
     traj: np.ndarray  # (n_tasks, n_samples, TARGET_DIM) relative log-loss; nan rows: fallback
     ref: np.ndarray  # (n_tasks,) lowest log-loss so far
-    wls: WLSFit | None  # fits of the fallback tasks only (None when there are none)
+    wls: WLSFit | None  # fits of the fallback tasks with two reports (None: there are none)
     current: np.ndarray
     fallback: np.ndarray
     spread: float = 1.0
+    # each task's row in ``wls`` (-1: none, a task with fewer than two reports: unknown)
+    wls_row: np.ndarray | None = None
 
     def remaining(self, targets: np.ndarray, tasks: np.ndarray | None = None) -> RemainingWork:
-        """Remaining-work samples (``inf``: not reached within 24x the current work)."""
+        """Remaining-work samples (``inf``: not reached within 24x the current work; nan:
+        unknown)."""
         k = self._tasks(targets, tasks)
         eps = np.asarray(targets, np.float64)
         fb = self.fallback[k]
-        out = np.empty((len(k), self.traj.shape[1]))
+        out = np.full((len(k), self.traj.shape[1]), np.nan)
         flow = np.flatnonzero(~fb)  # rows are independent: read out only the flow's
         if len(flow):
             kf = k[flow]
@@ -112,9 +115,11 @@ class FlowFit(FittedPrefixes):
             part = np.empty((len(flow), self.traj.shape[1]))
             _read_out(self.traj, kf, delta, self.current, float(self.spread), part)
             out[flow] = part
-        if len(flow) < len(k):  # the WLS fit holds the fallback tasks in order
-            row = np.cumsum(self.fallback) - 1
-            out[fb] = self.wls.remaining(eps[fb], row[k[fb]]).samples
+        if self.wls is not None:
+            row = self.wls_row[k]
+            fit = np.flatnonzero(row >= 0)
+            if len(fit):
+                out[fit] = self.wls.remaining(eps[fit], row[fit]).samples
         return RemainingWork(samples=out, fallback=fb)
 
 
@@ -169,7 +174,8 @@ class FlowPredictor(RemainingWorkPredictor):
         as alone (its prefixes aligned on its longest: :func:`prefix_conditions`)."""
         works = [w for batch in batches for w in batch[0]]
         losses = [v for batch in batches for v in batch[1]]
-        fallback = np.array([len(w) < MIN_REPORTS for w in works], bool)
+        sizes = np.array([len(w) for w in works], np.int64)
+        fallback = sizes < MIN_REPORTS
         traj = np.full((len(works), self.noise.shape[0], self.net.config.target_dim), np.nan)
         ref = np.full(len(works), np.nan)
         idx = np.flatnonzero(~fallback)
@@ -179,10 +185,13 @@ class FlowPredictor(RemainingWorkPredictor):
                 [works[i] for i in idx], [losses[i] for i in idx], [c for c in per_batch if c]
             )
             traj[idx] = self.trajectories(cond)
-        short = np.flatnonzero(fallback)
-        wls = None
+        # WLS for the fallbacks it can fit (two reports or more); fewer are unknown.  (With
+        # MIN_REPORTS = 3 they have two each, so one's fit does not depend on the others.)
+        short = np.flatnonzero(fallback & (sizes >= 2))
+        wls, wls_row = None, np.full(len(works), -1, np.int64)
         if len(short):
             wls = WLSPredictor().fit([works[i] for i in short], [losses[i] for i in short])
+            wls_row[short] = np.arange(len(short))
         return FlowFit(
             traj=traj,
             ref=ref,
@@ -190,4 +199,5 @@ class FlowPredictor(RemainingWorkPredictor):
             current=current_work(works),
             fallback=fallback,
             spread=self.spread,
+            wls_row=wls_row,
         )
