@@ -19,6 +19,7 @@ Everything is in log space relative to the task's current state:
 from __future__ import annotations
 
 import functools
+import itertools
 from collections.abc import Sequence
 
 import numba
@@ -186,11 +187,11 @@ def prefix_conditions(
         starts = list(range(0, len(n), chunk))
         ends = starts[1:] + [len(n)]
     else:
-        ends = np.cumsum(chunk).tolist()
+        ends = list(itertools.accumulate(chunk))
         starts = [0, *ends[:-1]]
         if ends[-1] != len(n) or min(chunk) < 1:
             raise ValueError(f"chunk sizes {list(chunk)} do not split {len(n)} prefixes")
-    pad = np.concatenate([n[a:b].max() - n[a:b] for a, b in zip(starts, ends)])
+    pad = n.max() - n if len(starts) == 1 else _pads(n, starts, ends)
     _condition_rows(
         np.log(np.maximum(np.concatenate(works, dtype=np.float64), 1e-12)),
         np.log(np.maximum(np.concatenate(losses, dtype=np.float64), LOSS_FLOOR)),
@@ -204,6 +205,11 @@ def prefix_conditions(
         ref,
     )
     return out, ref
+
+
+def _pads(n: np.ndarray, starts: list[int], ends: list[int]) -> np.ndarray:
+    """How much shorter each prefix is than the longest of its chunk."""
+    return np.concatenate([n[a:b].max() - n[a:b] for a, b in zip(starts, ends)])
 
 
 def prefix_features(
@@ -241,9 +247,20 @@ def encode_target(z: np.ndarray) -> np.ndarray:
     return np.diff(z, axis=-1, prepend=0.0)
 
 
-def decode_target(d: np.ndarray) -> np.ndarray:
-    """Steps -> monotone non-increasing trajectory (positive steps are clipped to 0)."""
-    return np.cumsum(np.minimum(d, 0.0), axis=-1)
+@numba.njit(cache=True)
+def decode_target(x: np.ndarray, std: np.ndarray, mean: np.ndarray) -> np.ndarray:
+    """Normalised steps ``x`` (..., TARGET_DIM; float32) -> monotone non-increasing
+    trajectory: the steps ``x * std + mean``, positive ones clipped to 0, summed along the
+    last axis (float32, as numpy's ``cumsum(minimum(d, 0))`` of them)."""
+    flat = x.reshape(-1, x.shape[-1])
+    out = np.empty(flat.shape, np.float32)
+    for i in range(flat.shape[0]):
+        acc = np.float32(0.0)
+        for j in range(flat.shape[1]):
+            step = flat[i, j] * std[j] + mean[j]
+            acc += min(step, np.float32(0.0))
+            out[i, j] = acc
+    return out.reshape(x.shape)
 
 
 @numba.njit(cache=True, error_model="numpy")

@@ -108,14 +108,17 @@ class FlowFit(FittedPrefixes):
         eps = np.asarray(targets, np.float64)
         fb = self.fallback[k]
         out = np.full((len(k), self.traj.shape[1]), np.nan)
-        flow = np.flatnonzero(~fb)  # rows are independent: read out only the flow's
-        if len(flow):
+        if not fb.all():  # rows are independent: read out only the flow's
+            flow = np.flatnonzero(~fb)
             kf = k[flow]
             delta = np.log(np.maximum(eps[flow], LOSS_FLOOR)) - self.ref[kf]
-            part = np.empty((len(flow), self.traj.shape[1]))
-            _read_out(self.traj, kf, delta, self.current, float(self.spread), part)
-            out[flow] = part
-        if self.wls is not None:
+            if len(flow) == len(k):
+                _read_out(self.traj, kf, delta, self.current, float(self.spread), out)
+            else:
+                part = np.empty((len(flow), self.traj.shape[1]))
+                _read_out(self.traj, kf, delta, self.current, float(self.spread), part)
+                out[flow] = part
+        if self.wls is not None:  # the fallbacks with two reports
             row = self.wls_row[k]
             fit = np.flatnonzero(row >= 0)
             if len(fit):
@@ -161,7 +164,7 @@ class FlowPredictor(RemainingWorkPredictor):
         """(B, n_samples, target_dim) sampled relative log-loss trajectories."""
         n = self.norm
         x = self.sampler((cond - n.cond_mean) / n.cond_std, self.noise)
-        return decode_target(x * n.target_std + n.target_mean)
+        return decode_target(x, n.target_std, n.target_mean)
 
     def fit(self, works: Sequence[np.ndarray], losses: Sequence[np.ndarray]) -> FlowFit:
         """Sample every prefix's future (one batched ODE solve)."""
@@ -174,12 +177,17 @@ class FlowPredictor(RemainingWorkPredictor):
         as alone (its prefixes aligned on its longest: :func:`prefix_conditions`)."""
         works = [w for batch in batches for w in batch[0]]
         losses = [v for batch in batches for v in batch[1]]
-        sizes = np.array([len(w) for w in works], np.int64)
-        fallback = sizes < MIN_REPORTS
-        traj = np.full((len(works), self.noise.shape[0], self.net.config.target_dim), np.nan)
-        ref = np.full(len(works), np.nan)
+        sizes = [len(w) for w in works]
+        fallback = np.array(sizes, np.int64) < MIN_REPORTS
+        shape = (len(works), self.noise.shape[0], self.net.config.target_dim)
         idx = np.flatnonzero(~fallback)
-        if len(idx):
+        if len(idx) == len(works):  # no fallback: the samples' rows are the trajectories
+            chunks = [len(batch[0]) for batch in batches if len(batch[0])]
+            cond, ref = prefix_conditions(works, losses, chunks)
+            traj = self.trajectories(cond).astype(np.float64)
+        else:
+            traj, ref = np.full(shape, np.nan), np.full(len(works), np.nan)
+        if 0 < len(idx) < len(works):
             per_batch = [sum(len(w) >= MIN_REPORTS for w in batch[0]) for batch in batches]
             cond, ref[idx] = prefix_conditions(
                 [works[i] for i in idx], [losses[i] for i in idx], [c for c in per_batch if c]
@@ -187,9 +195,10 @@ class FlowPredictor(RemainingWorkPredictor):
             traj[idx] = self.trajectories(cond)
         # WLS for the fallbacks it can fit (two reports or more); fewer are unknown.  (With
         # MIN_REPORTS = 3 they have two each, so one's fit does not depend on the others.)
-        short = np.flatnonzero(fallback & (sizes >= 2))
-        wls, wls_row = None, np.full(len(works), -1, np.int64)
-        if len(short):
+        short = [i for i, n in enumerate(sizes) if 2 <= n < MIN_REPORTS]
+        wls, wls_row = None, None
+        if short:
+            wls_row = np.full(len(works), -1, np.int64)
             wls = WLSPredictor().fit([works[i] for i in short], [losses[i] for i in short])
             wls_row[short] = np.arange(len(short))
         return FlowFit(

@@ -16,6 +16,7 @@ last.  Numpy only: the flow model (torch) is loaded only by ``FlowShare(predicto
 from __future__ import annotations
 
 import importlib.util
+import itertools
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
@@ -283,9 +284,9 @@ _RULE_DTYPES = (
 def segments(items: Sequence[SimTasks]) -> tuple[np.ndarray, np.ndarray]:
     """Where each simulation's tasks start in the rows of ``items`` (and where the last
     ends), and each simulation's nodes."""
-    starts = np.zeros(len(items) + 1, np.int64)
-    starts[1:] = np.cumsum([len(tasks) for _, tasks in items])
-    return starts, np.array([sim.config.num_nodes for sim, _ in items], np.int64)
+    starts = [0, *itertools.accumulate(len(tasks) for _, tasks in items)]
+    nodes = [sim.config.num_nodes for sim, _ in items]
+    return np.array(starts, np.int64), np.array(nodes, np.int64)
 
 
 def rule_counts(

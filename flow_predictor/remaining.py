@@ -311,8 +311,7 @@ class PredictionCache:
         return out
 
     def _store(self, sim: Any, tasks: list[int], rw: RemainingWork, at: np.ndarray) -> None:
-        rows = np.asarray(tasks, np.int64)
-        self._room(rows)
+        rows = np.asarray(tasks, np.int64)  # stale() made room for them
         if self._samples is None or self._samples.shape[1] != rw.samples.shape[1]:
             if self._samples is not None and (self._reports >= 0).any():
                 raise ValueError(
