@@ -107,9 +107,10 @@ class FlowFit(FittedPrefixes):
         k = self._tasks(targets, tasks)
         eps = np.asarray(targets, np.float64)
         fb = self.fallback[k]
-        out = np.full((len(k), self.traj.shape[1]), np.nan)
-        if not fb.all():  # rows are independent: read out only the flow's
-            flow = np.flatnonzero(~fb)
+        flow = np.flatnonzero(~fb)  # rows are independent: read out only the flow's
+        shape = (len(k), self.traj.shape[1])
+        out = np.empty(shape) if len(flow) == len(k) else np.full(shape, np.nan)
+        if len(flow):
             kf = k[flow]
             delta = np.log(np.maximum(eps[flow], LOSS_FLOOR)) - self.ref[kf]
             if len(flow) == len(k):

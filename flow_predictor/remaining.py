@@ -278,9 +278,9 @@ class PredictionCache:
         """Forget every task (new episode)."""
         self._reports[:] = -1
 
-    def _room(self, tasks: np.ndarray) -> None:
-        """Rows for every task id of ``tasks``."""
-        need = int(tasks.max(initial=-1)) + 1
+    def _room(self, sim: Any) -> None:
+        """Rows for every task of ``sim``."""
+        need = len(sim.hist_work)
         if need > len(self._reports):
             size = max(need, 2 * len(self._reports), 64)
             grow = size - len(self._reports)
@@ -295,7 +295,7 @@ class PredictionCache:
     def stale(self, sim: Any, tasks: np.ndarray) -> list[int]:
         """The tasks among ``tasks`` to predict again (the refresh rule above)."""
         tasks = np.asarray(tasks, np.int64)
-        self._room(tasks)
+        self._room(sim)
         hist, refit, every, refresh = sim.hist_work, self.refit_fallbacks, self.every, self.refresh
         out = []
         for k, at, fallback in zip(

@@ -221,7 +221,7 @@ def _fill_features(wrappers: Sequence[PredictorFeatures]) -> None:
             )
     if not requests:
         return
-    columns = [joined(list(c)) for c in zip(*parts)]
+    columns = parts[0] if len(parts) == 1 else [joined(list(c)) for c in zip(*parts)]
     typed = [np.asarray(x, t) for x, t in zip(columns, _COLUMN_DTYPES)]
     rows = np.empty((len(typed[0]), len(PREDICTOR_FEATURES)), np.float32)
     levels = _neighbours(_LEVELS, typed[0].shape[1])
