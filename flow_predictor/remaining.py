@@ -193,10 +193,9 @@ def pad_prefixes(
     lw = np.zeros((len(n), width))
     ll = np.zeros((len(n), width))
     valid = np.arange(width)[None, :] >= (width - n)[:, None]
-    for i, (w, lo) in enumerate(zip(works, losses)):
-        if len(w):
-            lw[i, width - len(w) :] = np.log(np.maximum(np.asarray(w, np.float64), 1e-12))
-            ll[i, width - len(w) :] = np.log(np.maximum(np.asarray(lo, np.float64), LOSS_FLOOR))
+    if n.sum():  # every report at once, into the valid (right-aligned) places row by row
+        lw[valid] = np.log(np.maximum(np.concatenate(works, dtype=np.float64), 1e-12))
+        ll[valid] = np.log(np.maximum(np.concatenate(losses, dtype=np.float64), LOSS_FLOOR))
     return lw, ll, valid
 
 
