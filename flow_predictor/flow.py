@@ -139,6 +139,7 @@ class FlowPredictor(RemainingWorkPredictor):
     """
 
     name = "flow"
+    unknown_below = 2  # its fallback, WLS, needs two reports
 
     def __init__(
         self,

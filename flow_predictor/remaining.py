@@ -132,6 +132,9 @@ class RemainingWorkPredictor(ABC):
     """Predicts remaining work to reach target losses from each task's reports so far."""
 
     name: str = "predictor"
+    # prefixes with fewer reports are unknown (nan samples, fallback) whatever else is in
+    # their batch: a cache stores that without calling the predictor
+    unknown_below: int = 0
 
     @abstractmethod
     def fit(self, works: Sequence[np.ndarray], losses: Sequence[np.ndarray]) -> FittedPrefixes:
@@ -324,10 +327,24 @@ class PredictionCache:
         self._samples[rows] = rw.samples
         self._fallback[rows] = rw.fallback
 
+    def _known(self, sim: Any, stale: list[int]) -> list[int]:
+        """The tasks of ``stale`` to ask the predictor about; those it cannot know yet (fewer
+        than its ``unknown_below`` reports) are stored as unknown, as it would answer."""
+        below = self.predictor.unknown_below if self.predictor is not None else 0
+        hist = sim.hist_work
+        if not below or self._samples is None or all(len(hist[k]) >= below for k in stale):
+            return stale
+        unknown = np.array([k for k in stale if len(hist[k]) < below], np.int64)
+        self._reports[unknown] = [len(hist[k]) for k in unknown.tolist()]
+        self._at[unknown] = [float(hist[k][-1]) if len(hist[k]) else 0.0 for k in unknown.tolist()]
+        self._samples[unknown] = np.nan
+        self._fallback[unknown] = True
+        return [k for k in stale if len(hist[k]) >= below]
+
     def _predicted(self, sim: Any, tasks: np.ndarray) -> np.ndarray:
         """``tasks`` as task ids, predicting the stale ones first (one call)."""
         tasks = np.asarray(tasks, np.int64)
-        stale = self.stale(sim, tasks)
+        stale = self._known(sim, self.stale(sim, tasks))
         if stale:
             self._store(sim, stale, *self.predict(sim, np.asarray(stale, np.int64)))
         return tasks
@@ -360,7 +377,7 @@ def refresh_together(requests: Sequence[tuple[PredictionCache, Any, np.ndarray]]
     predicts nothing."""
     by_predictor: dict[int, list[tuple[PredictionCache, Any, list[int]]]] = {}
     for cache, sim, tasks in requests:
-        stale = cache.stale(sim, tasks)
+        stale = cache._known(sim, cache.stale(sim, tasks))
         if not stale:
             continue
         if cache.predictor is None:

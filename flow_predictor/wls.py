@@ -99,6 +99,7 @@ class WLSPredictor(RemainingWorkPredictor):
     """Point prediction from :func:`fit_power_law` (one sample per task)."""
 
     name = "wls"
+    unknown_below = 2  # a line needs two reports
 
     def __init__(self, discount: float = DISCOUNT, ridge: float = RIDGE) -> None:
         self.discount = discount
