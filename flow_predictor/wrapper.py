@@ -155,8 +155,8 @@ class PredictorFeatures(BaseWrapper):
 
     def observe(self, agent: str) -> dict[str, np.ndarray] | None:
         if self._ready:
-            i = self._index[agent]
-            return self._extend(self._engine.state(i), self._engine.mask())
+            engine = self._engine
+            return self._extend(engine.state(self._index[agent]), engine.mask())
         obs = super().observe(agent)
         return None if obs is None else self._extend(obs["state"], obs["action_mask"])
 
@@ -179,7 +179,8 @@ class PredictorFeatures(BaseWrapper):
 
     # ---- features --------------------------------------------------------------
     def _extend(self, env_state: np.ndarray, mask: np.ndarray) -> dict[str, np.ndarray]:
-        if self._key != self._tick():
+        sim = self._engine.sim
+        if self._key != (id(sim.workload), sim.t):  # this tick's features: see _tick
             _fill_features([self])
         state = np.empty(self._state_dim, np.float32)
         _place(env_state, self._env_at, self._extra, self._pred_at, state)
