@@ -184,3 +184,92 @@ def test_nodes_needed_is_the_first_count_that_ticks_needed_allows(compiled) -> N
             if np.isfinite(work[i]) and fits.any():
                 want[i] = int(np.argmax(fits)) + 1
         np.testing.assert_array_equal(got, want)
+
+
+def _round_robin_one_at_a_time(counts: np.ndarray, want: np.ndarray, left: int) -> int:
+    """The round-robin's definition, slowly: rounds over the tasks in index order, one
+    node to each that is below its want, until the nodes run out or none is."""
+    while left > 0 and (counts < want).any():
+        for i in range(len(counts)):
+            if left and counts[i] < want[i]:
+                counts[i] += 1
+                left -= 1
+    return left
+
+
+@pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "uncompiled"])
+def test_spread_and_round_robin_are_their_definitions(compiled) -> None:
+    """mara_env's round-robin (compiled where numba is installed, plain Python on a bare
+    install) hands out nodes as its definition does, and fair_share's three passes (up to
+    the wants, then the caps, the tasks served last after every other) are round_robin's."""
+    from mara_env import schedulers
+
+    spread = schedulers.spread if compiled else schedulers.spread.py_func
+    rng = np.random.default_rng(3)
+    for _ in range(300):
+        m = int(rng.integers(0, 40))
+        counts = rng.integers(0, 4, m)
+        want = rng.integers(0, 12, m)
+        left = int(rng.integers(0, 300))
+        got, expect = counts.copy(), counts.copy()
+        assert spread(got, want, left) == _round_robin_one_at_a_time(expect, want, left)
+        np.testing.assert_array_equal(got, expect)
+        caps = rng.integers(1, 17, m)
+        wants = np.minimum(rng.integers(0, 17, m), caps)
+        last = rng.random(m) < 0.2
+        nodes = int(rng.integers(0, 200))
+        share = np.zeros(m, np.int64)
+        first = np.where(last, 0, caps)
+        left = _round_robin_one_at_a_time(share, np.minimum(wants, first), nodes)
+        left = _round_robin_one_at_a_time(share, first, left)
+        _round_robin_one_at_a_time(share, caps, left)
+        np.testing.assert_array_equal(schedulers.round_robin(caps, wants, last, nodes), share)
+
+
+def test_decode_target_is_numpys_cumsum_of_the_denormalised_steps() -> None:
+    """The compiled decoder: numpy's float32 ``cumsum(minimum(x * std + mean, 0))``, bit for
+    bit, for the ODE's batches (tasks, samples, steps)."""
+    from flow_predictor.features import decode_target
+
+    rng = np.random.default_rng(4)
+    for shape in ((1, 32, 32), (3, 32, 32), (2, 5, 7)):
+        x = rng.normal(size=shape).astype(np.float32)
+        std = rng.uniform(0.01, 3.0, shape[-1]).astype(np.float32)
+        mean = rng.normal(size=shape[-1]).astype(np.float32)
+        got = decode_target(x, std, mean)
+        assert got.dtype == np.float32
+        np.testing.assert_array_equal(got, np.cumsum(np.minimum(x * std + mean, 0.0), axis=-1))
+
+
+@pytest.mark.parametrize("kind", ["flow", "wls"])
+def test_unknown_prefixes_are_stored_as_the_predictor_would_answer(kind) -> None:
+    """A cache stores a task with fewer reports than its predictor's ``unknown_below`` as
+    unknown without a call: the wrapper's observations are, bit for bit, those of a cache
+    that asks the predictor about every task."""
+    from flow_predictor.wls import WLSPredictor
+    from flow_predictor.wrapper import PredictorFeatures
+    from mara_env.cluster_env import env
+
+    def make(asks_all: bool):
+        p = load_predictor(n_samples=FLOW_SAMPLES) if kind == "flow" else WLSPredictor()
+        if asks_all:
+            p.unknown_below = 0  # the instance's: every task goes to the predictor
+        return PredictorFeatures(env(num_nodes=8, num_slots=8, load=2.0), p)
+
+    short, full = make(False), make(True)
+    assert short.predictor.unknown_below == 2
+    rng = np.random.default_rng(6)
+    for e in (short, full):
+        e.reset(seed=9)
+    steps = 0
+    for _ in range(8 * 60):
+        a, b = short.last(), full.last()
+        for key in ("observation", "state", "action_mask"):
+            np.testing.assert_array_equal(a[0][key], b[0][key])
+        if a[2] or a[3]:
+            break
+        action = int(rng.choice(np.flatnonzero(a[0]["action_mask"])))
+        short.step(action)
+        full.step(action)
+        steps += 1
+    assert steps > 8 * 30
