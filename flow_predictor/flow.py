@@ -113,11 +113,9 @@ class FlowFit(FittedPrefixes):
         if len(flow):
             kf = k[flow]
             delta = np.log(np.maximum(eps[flow], LOSS_FLOOR)) - self.ref[kf]
-            if len(flow) == len(k):
-                _read_out(self.traj, kf, delta, self.current, float(self.spread), out)
-            else:
-                part = np.empty((len(flow), self.traj.shape[1]))
-                _read_out(self.traj, kf, delta, self.current, float(self.spread), part)
+            part = out if len(flow) == len(k) else np.empty((len(flow), self.traj.shape[1]))
+            _read_out(self.traj, kf, delta, self.current, float(self.spread), part)
+            if part is not out:
                 out[flow] = part
         if self.wls is not None:  # the fallbacks with two reports
             row = self.wls_row[k]
@@ -181,20 +179,20 @@ class FlowPredictor(RemainingWorkPredictor):
         losses = [v for batch in batches for v in batch[1]]
         sizes = [len(w) for w in works]
         fallback = np.array(sizes, np.int64) < MIN_REPORTS
-        shape = (len(works), self.noise.shape[0], self.net.config.target_dim)
         idx = np.flatnonzero(~fallback)
-        if len(idx) == len(works):  # no fallback: the samples' rows are the trajectories
-            chunks = [len(batch[0]) for batch in batches if len(batch[0])]
-            cond, ref = prefix_conditions(works, losses, chunks)
-            traj = self.trajectories(cond).astype(np.float64)
-        else:
-            traj, ref = np.full(shape, np.nan), np.full(len(works), np.nan)
-        if 0 < len(idx) < len(works):
+        if len(idx):
             per_batch = [sum(len(w) >= MIN_REPORTS for w in batch[0]) for batch in batches]
-            cond, ref[idx] = prefix_conditions(
+            cond, flow_ref = prefix_conditions(
                 [works[i] for i in idx], [losses[i] for i in idx], [c for c in per_batch if c]
             )
-            traj[idx] = self.trajectories(cond)
+            flow_traj = self.trajectories(cond)
+        if len(idx) == len(works):  # no fallback: the flow's rows are all the rows
+            traj, ref = flow_traj.astype(np.float64), flow_ref
+        else:
+            shape = (len(works), self.noise.shape[0], self.net.config.target_dim)
+            traj, ref = np.full(shape, np.nan), np.full(len(works), np.nan)
+            if len(idx):
+                traj[idx], ref[idx] = flow_traj, flow_ref
         # WLS for the fallbacks it can fit (two reports or more); fewer are unknown.  (With
         # MIN_REPORTS = 3 they have two each, so one's fit does not depend on the others.)
         short = [i for i, n in enumerate(sizes) if 2 <= n < MIN_REPORTS]

@@ -192,53 +192,6 @@ def nodes_to_finish(sim: Any, tasks: np.ndarray, work: np.ndarray, slack: int) -
 
 
 @maybe_njit(cache=True, error_model="numpy")
-def _wants(
-    upper: np.ndarray,
-    low: np.ndarray,
-    fallback: np.ndarray,
-    left: np.ndarray,
-    cap: np.ndarray,
-    warm: np.ndarray,
-    rate: np.ndarray,
-    alpha: np.ndarray,
-    slack: float,
-    triage: bool,
-    starts: np.ndarray,
-    num_nodes: np.ndarray,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The rule's want of every task, and its triage: the tasks served last (``last``) in
-    each simulation ``s`` (tasks ``starts[s]:starts[s + 1]``) whose flag ``served_last[s]``
-    is set.  A fallback's want is its cap; with ``triage``, a task is hopeless when not
-    even ``low`` (remaining work) finishes on its cap by its deadline, unless its
-    prediction is a fallback or unknown, and hopeless tasks are served last while the
-    others want at least the simulation's ``num_nodes``."""
-    n = len(upper)
-    work = np.empty((2 if triage else 1, n))
-    slacks = np.array([slack, 0.0])[: work.shape[0]]
-    for i in range(n):
-        work[0, i] = np.inf if fallback[i] else upper[i]
-        if triage:
-            work[1, i] = np.nan if fallback[i] else low[i]
-    need = _first_fits(work, left, slacks, cap, warm, rate, alpha)
-    want = np.where(need[0] > 0, need[0], cap)
-    last = np.zeros(n, np.bool_)
-    served_last = np.zeros(len(starts) - 1, np.bool_)
-    if triage:
-        for s in range(len(starts) - 1):
-            a, b = starts[s], starts[s + 1]
-            if want[a:b].sum() < num_nodes[s]:  # the cluster covers every want: no triage
-                continue
-            others = 0
-            for i in range(a, b):
-                # nan (fallback or unknown) gives 0 from the first fit as well: not hopeless
-                last[i] = need[1, i] == 0 and not fallback[i] and not np.isnan(low[i])
-                if not last[i]:
-                    others += want[i]
-            served_last[s] = last[a:b].any() and others >= num_nodes[s]
-    return want, last, served_last
-
-
-@maybe_njit(cache=True)
 def _counts(
     upper: np.ndarray,
     low: np.ndarray,
@@ -253,32 +206,46 @@ def _counts(
     starts: np.ndarray,
     num_nodes: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """The rule's want and count of every task: :func:`_wants`, then each simulation's
-    tasks share its nodes (:func:`~mara_env.schedulers.round_robin`, in their order: the
-    deadline order) up to their wants, then up to their caps, the tasks it serves last
-    after every other."""
-    want, last, served_last = _wants(
-        upper, low, fallback, left, cap, warm, rate, alpha, slack, triage, starts, num_nodes
-    )
+    """The rule's want and count of every task of each simulation ``s`` (tasks
+    ``starts[s]:starts[s + 1]``, in deadline order).
+
+    A task wants the fewest nodes that finish ``upper`` (remaining work) ``slack`` ticks
+    before its deadline, its cap when none within it does or its prediction is a fallback.
+    With ``triage``, a task is hopeless when not even ``low`` finishes on its cap by its
+    deadline, unless its prediction is a fallback or unknown; while the others want at
+    least the simulation's ``num_nodes``, hopeless tasks are served last.  Each
+    simulation's tasks then share its nodes (:func:`~mara_env.schedulers.round_robin`) up
+    to their wants, then up to their caps."""
+    n = len(upper)
+    work = np.empty((2 if triage else 1, n))
+    slacks = np.array([slack, 0.0])[: work.shape[0]]
+    for i in range(n):
+        work[0, i] = np.inf if fallback[i] else upper[i]
+        if triage:
+            work[1, i] = np.nan if fallback[i] else low[i]
+    need = _first_fits(work, left, slacks, cap, warm, rate, alpha)
+    want = np.where(need[0] > 0, need[0], cap)
     counts = np.empty_like(want)
     for s in range(len(starts) - 1):
         a, b = starts[s], starts[s + 1]
-        hopeless = last[a:b] if served_last[s] else np.zeros(b - a, np.bool_)
-        counts[a:b] = round_robin(cap[a:b], want[a:b], hopeless, num_nodes[s])
+        last = np.zeros(b - a, np.bool_)
+        if triage and want[a:b].sum() >= num_nodes[s]:  # else the cluster covers every want
+            others = 0
+            for i in range(a, b):
+                # nan (fallback or unknown) gives 0 from the first fit as well: not hopeless
+                last[i - a] = need[1, i] == 0 and not fallback[i] and not np.isnan(low[i])
+                if not last[i - a]:
+                    others += want[i]
+            if others < num_nodes[s]:  # the others do not fill the cluster: no one last
+                last[:] = False
+        counts[a:b] = round_robin(cap[a:b], want[a:b], last, num_nodes[s])
     return want, counts
 
 
-# the dtypes of _counts' array arguments, in its order (slack and triage are scalars)
-_RULE_DTYPES = (
-    np.float64,
-    np.float64,
-    np.bool_,
-    np.float64,
-    np.int64,
-    np.float64,
-    np.float64,
-    np.float64,
-)
+# the dtypes of rule_columns' columns (ticks left, cap, warm nodes, rate, alpha) and of
+# _counts' array arguments, in their order (slack and triage are scalars)
+RULE_COLUMN_DTYPES = (np.float64, np.int64, np.float64, np.float64, np.float64)
+_RULE_DTYPES = (np.float64, np.float64, np.bool_, *RULE_COLUMN_DTYPES)
 
 
 def segments(items: Sequence[SimTasks]) -> tuple[np.ndarray, np.ndarray]:

@@ -331,15 +331,18 @@ class PredictionCache:
         """The tasks of ``stale`` to ask the predictor about; those it cannot know yet (fewer
         than its ``unknown_below`` reports) are stored as unknown, as it would answer."""
         below = self.predictor.unknown_below if self.predictor is not None else 0
-        hist = sim.hist_work
-        if not below or self._samples is None or all(len(hist[k]) >= below for k in stale):
+        if not below or self._samples is None:  # (the sample count comes with a prediction)
             return stale
-        unknown = np.array([k for k in stale if len(hist[k]) < below], np.int64)
-        self._reports[unknown] = [len(hist[k]) for k in unknown.tolist()]
-        self._at[unknown] = [float(hist[k][-1]) if len(hist[k]) else 0.0 for k in unknown.tolist()]
-        self._samples[unknown] = np.nan
-        self._fallback[unknown] = True
-        return [k for k in stale if len(hist[k]) >= below]
+        hist, known, unknown = sim.hist_work, [], []
+        for k in stale:
+            (known if len(hist[k]) >= below else unknown).append(k)
+        if unknown:
+            rows = np.array(unknown, np.int64)
+            self._reports[rows] = [len(hist[k]) for k in unknown]
+            self._at[rows] = [float(hist[k][-1]) if len(hist[k]) else 0.0 for k in unknown]
+            self._samples[rows] = np.nan
+            self._fallback[rows] = True
+        return known
 
     def _predicted(self, sim: Any, tasks: np.ndarray) -> np.ndarray:
         """``tasks`` as task ids, predicting the stale ones first (one call)."""

@@ -37,7 +37,15 @@ from gymnasium import spaces
 from pettingzoo import AECEnv
 from pettingzoo.utils import BaseWrapper
 
-from flow_predictor.flow_share import DEFAULTS, FLOW_SAMPLES, _counts, joined, segments
+from flow_predictor.flow_share import (
+    DEFAULTS,
+    FLOW_SAMPLES,
+    RULE_COLUMN_DTYPES,
+    _counts,
+    joined,
+    rule_columns,
+    segments,
+)
 from flow_predictor.remaining import (
     PredictionCache,
     RemainingWorkPredictor,
@@ -179,8 +187,7 @@ class PredictorFeatures(BaseWrapper):
 
     # ---- features --------------------------------------------------------------
     def _extend(self, env_state: np.ndarray, mask: np.ndarray) -> dict[str, np.ndarray]:
-        sim = self._engine.sim
-        if self._key != (id(sim.workload), sim.t):  # this tick's features: see _tick
+        if self._key != self._tick():
             _fill_features([self])
         state = np.empty(self._state_dim, np.float32)
         _place(env_state, self._env_at, self._extra, self._pred_at, state)
@@ -212,11 +219,7 @@ def _fill_features(wrappers: Sequence[PredictorFeatures]) -> None:
                 (
                     rw.samples,
                     rw.fallback,
-                    wl.deadline[tasks] - sim.t,
-                    wl.cap[tasks],
-                    sim.nodes_now[tasks],
-                    wl.rate[tasks],
-                    wl.alpha[tasks],
+                    *rule_columns([(sim, tasks)]),
                     reference_nodes(wl, w._engine.config, tasks),
                 )
             )
@@ -239,18 +242,9 @@ def _fill_features(wrappers: Sequence[PredictorFeatures]) -> None:
 _LEVELS = (*QUANTILES, DEFAULTS.drop)
 _UPPER, _LOW = _LEVELS.index(DEFAULTS.quantile), _LEVELS.index(DEFAULTS.drop)
 _SLACK, _TRIAGE = float(DEFAULTS.slack), DEFAULTS.drop > 0
-# the dtypes of _feature_rows' columns: samples, fallback, ticks left, cap, nodes now, rate,
-# alpha, reference nodes
-_COLUMN_DTYPES = (
-    np.float64,
-    np.bool_,
-    np.float64,
-    np.int64,
-    np.float64,
-    np.float64,
-    np.float64,
-    np.float64,
-)
+# the dtypes of _feature_rows' columns: samples, fallback, flow_share's rule_columns (ticks
+# left, cap, nodes now, rate, alpha), reference nodes
+_COLUMN_DTYPES = (np.float64, np.bool_, *RULE_COLUMN_DTYPES, np.float64)
 
 
 @numba.njit(cache=True, error_model="numpy")
