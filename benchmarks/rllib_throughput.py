@@ -38,9 +38,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import os
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -58,12 +56,15 @@ TICKS = os.sysconf("SC_CLK_TCK")
 
 def env_rate(exp: Experiment, seconds: float) -> tuple[float, float]:
     """Agent steps per CPU second and per wall second of the bare AEC env with uniformly
-    random valid actions, for ``seconds`` of CPU time."""
+    random valid actions, for ``seconds`` of CPU time.
+
+    CPU time of this thread only: beside a running Ray, the driver's own threads (Ray's
+    core worker, the CPU sampler) use CPU time that is not the env's."""
     env = make_wrapped_env({**exp.env_config(), "wrapper": "none"})
     rng = np.random.default_rng(0)
     done, episode = 0, 0
-    t0, w0 = time.process_time(), time.perf_counter()
-    while time.process_time() - t0 < seconds:
+    t0, w0 = time.thread_time(), time.perf_counter()
+    while time.thread_time() - t0 < seconds:
         env.reset(seed=episode)
         episode += 1
         for _ in env.agent_iter():
@@ -71,7 +72,7 @@ def env_rate(exp: Experiment, seconds: float) -> tuple[float, float]:
             valid = np.flatnonzero(obs["action_mask"])
             env.step(None if term or trunc else int(rng.choice(valid)))
             done += 1
-    return done / (time.process_time() - t0), done / (time.perf_counter() - w0)
+    return done / (time.thread_time() - t0), done / (time.perf_counter() - w0)
 
 
 def experiment(path: str, wrapper: str, seconds: float, together: bool = True) -> Experiment:
@@ -175,53 +176,72 @@ class TreeClock:
         name = self.names.get(pid, "")
         return next((r for start, r in ROLES.items() if name.startswith(start)), "Ray")
 
-    def at(self, wall: np.ndarray) -> dict[str, np.ndarray]:
-        """CPU seconds the processes of each role had used at each wall time (linear
-        between samples), and ``"all"`` of them."""
-        pids = sorted({p for used in self.used for p in used})
-        cpu = np.array([[used.get(p, 0.0) for p in pids] for used in self.used])
-        out = {"all": np.zeros(len(wall))}
-        for j, pid in enumerate(pids):
-            column = np.interp(wall, self.walls, cpu[:, j])
-            out[self.role(pid)] = out.get(self.role(pid), 0.0) + column
+    def spent(self, spans: list[tuple[int, int]]) -> dict[str, np.ndarray]:
+        """CPU seconds the processes of each role used between the samples of each
+        ``(first, last)`` span, and ``"all"`` of them."""
+        out: dict[str, np.ndarray] = {"all": np.zeros(len(spans))}
+        for pid in sorted({p for used in self.used for p in used}):
+            column = np.array(
+                [self.used[j].get(pid, 0.0) - self.used[i].get(pid, 0.0) for i, j in spans]
+            )
+            role = self.role(pid)
+            out[role] = out.get(role, 0.0) + column
             out["all"] = out["all"] + column
         return out
 
 
-def iteration_ends(results: list[dict[str, Any]]) -> np.ndarray:
-    """Wall time at which each iteration's result was made: the iterations' wall durations
-    (``mara/node_decisions`` over ``mara/node_decisions_per_s``, the trainable's clock from
-    one result to the next), summed from a start that the whole-second ``timestamp`` of
-    every result bounds from below."""
-    decisions = np.array([r["mara"]["node_decisions"] for r in results])
-    rate = np.array([r["mara"]["node_decisions_per_s"] for r in results])
-    since_start = np.cumsum(np.diff(decisions, prepend=0.0) / rate)
-    start = max(r["timestamp"] - t for r, t in zip(results, since_start))
-    return start + since_start
+def train_interleaved(
+    exp: Experiment, bare_exp: Experiment, env_seconds: float
+) -> tuple[list[dict[str, Any]], np.ndarray, dict[str, np.ndarray], list[tuple[float, float]]]:
+    """One training run, its iterations taking turns with bare-env timings.
 
+    The algorithm is the one ``mara train`` builds (:func:`~mara_agents.training.ppo.build_config`;
+    built here in this driver, one torch thread as in the trial actor Tune would start)
+    and runs until ``exp.stop``'s ``time_total_s`` of training.  Before the first
+    iteration and after each one, the bare env runs for ``env_seconds`` of CPU time, so
+    that every iteration lies between two bare-env turns of the same minute.
 
-def train_run(exp: Experiment, out: Path) -> tuple[list[dict[str, Any]], dict[str, np.ndarray]]:
-    """One training run: each iteration's result, with ``bench_wall``, the wall time at which
-    it was made, and by role the CPU seconds the run's processes had used by then."""
-    from mara_agents.training.train import train
+    Returns each iteration's result, the wall seconds and by role the CPU seconds of the
+    run's processes during each iteration (sampled right before and after it; the bare
+    turns in between are not counted), and the bare-env turns (per CPU s, per wall s).
+    """
+    import ray
+    import torch
 
-    with TreeClock() as clock:
-        grid = train(exp, out=out, verbose=0)
-    if grid[0].error:
-        raise RuntimeError(f"{exp.name}: training failed: {grid[0].error}")
-    results = [json.loads(line) for line in (Path(grid[0].path) / "result.json").open()]
-    wall = iteration_ends(results)
-    for r, w in zip(results, wall):
-        r["bench_wall"] = float(w)
-    return results, clock.at(wall)
+    from mara_agents.training.ppo import build_config
+    from mara_agents.training.records import check_inputs
+
+    check_inputs(exp)
+    if not ray.is_initialized():
+        ray.init(address="local", include_dashboard=False, log_to_driver=False)
+    torch.set_num_threads(1)
+    budget = float(exp.stop["time_total_s"])
+    algo = build_config(exp).build_algo()
+    results, walls, spans, bare = [], [], [], [env_rate(bare_exp, env_seconds)]
+    try:
+        with TreeClock() as clock:
+            trained = 0.0
+            while trained < budget:
+                clock.sample()
+                before, w0 = len(clock.used) - 1, time.perf_counter()
+                results.append(algo.train())
+                walls.append(time.perf_counter() - w0)
+                clock.sample()
+                spans.append((before, len(clock.used) - 1))
+                trained += walls[-1]
+                bare.append(env_rate(bare_exp, env_seconds))
+    finally:
+        algo.stop()
+    return results, np.array(walls), clock.spent(spans), bare
 
 
 @dataclasses.dataclass(frozen=True)
 class Throughput:
     """Node decisions per second of one training run, per iteration and over all of them
-    (iterations 2 … last)."""
+    (iterations 2 … last), and each iteration's ratio to the bare env around it."""
 
     per_iteration: np.ndarray  # CPU-based
+    ratios: np.ndarray  # per iteration, over the mean of the bare-env turns before and after
     cpu_rate: float  # all those iterations together, CPU-based
     wall_rate: float  # the same by wall time
     busy: float  # CPU seconds per wall second per CPU
@@ -230,21 +250,31 @@ class Throughput:
     seconds: float
 
 
-def throughput(results: list[dict[str, Any]], cpu: dict[str, np.ndarray], cpus: int) -> Throughput:
-    """Node decisions per (CPU seconds / ``cpus``) of each iteration after the first."""
+def throughput(
+    results: list[dict[str, Any]],
+    walls: np.ndarray,
+    cpu: dict[str, np.ndarray],
+    bare: list[tuple[float, float]],
+    cpus: int,
+) -> Throughput:
+    """Node decisions per (CPU seconds / ``cpus``) of each iteration after the first, and
+    its ratio to the bare env's agent-steps per CPU second in the turns around it."""
     if len(results) < 2:
         raise RuntimeError("one iteration only: raise --seconds so that a second one runs")
     decisions = np.diff([r["mara"]["node_decisions"] for r in results])
-    used = {role: np.diff(c) for role, c in cpu.items()}
-    wall = np.diff([r["bench_wall"] for r in results])
+    used = {role: c[1:] for role, c in cpu.items()}
+    around = np.array([b[0] for b in bare])
+    around = (around[1:-1] + around[2:]) / 2  # the turns before and after iterations 2 …
+    per_iteration = decisions / (used["all"] / cpus)
     return Throughput(
-        per_iteration=decisions / (used["all"] / cpus),
+        per_iteration=per_iteration,
+        ratios=per_iteration / around,
         cpu_rate=decisions.sum() / (used["all"].sum() / cpus),
-        wall_rate=decisions.sum() / wall.sum(),
-        busy=used["all"].sum() / wall.sum() / cpus,
+        wall_rate=decisions.sum() / walls[1:].sum(),
+        busy=used["all"].sum() / walls[1:].sum() / cpus,
         cpu_per_iteration={role: float(u.mean()) for role, u in used.items()},
         decisions=decisions.sum(),
-        seconds=wall.sum(),
+        seconds=walls[1:].sum(),
     )
 
 
@@ -274,11 +304,31 @@ def where_time_goes(result: dict[str, Any], num_envs: int) -> str:
 
 
 def spread_line(label: str, tp: Throughput, bare: float, bare_wall: float) -> str:
-    """The middle half of the iterations' ratios, the pooled and the wall-time ratio."""
-    lo, hi = np.percentile(tp.per_iteration / bare, [25, 75])
+    """The middle half of the iterations' paired ratios, the pooled and the wall-time ratio
+    (these two over the median bare-env turn)."""
+    lo, hi = np.percentile(tp.ratios, [25, 75])
     return (
-        f"{label}: iterations {lo:.3f}-{hi:.3f} (middle half), all together "
-        f"{tp.cpu_rate / bare:.3f}; by wall time {tp.wall_rate / bare_wall:.3f}"
+        f"{label}: iterations {lo:.3f}-{hi:.3f} (middle half, each over the bare turns around "
+        f"it), all together {tp.cpu_rate / bare:.3f}; by wall time {tp.wall_rate / bare_wall:.3f}"
+    )
+
+
+def machine_line() -> str:
+    """How fast this machine runs interpreted Python and a BLAS product, one thread each:
+    the bare env is the first kind of work, the PPO update and the module mostly the
+    second, so the ratio moves with their balance from one machine to the next."""
+    import timeit
+
+    from flow_predictor.model import single_threaded_blas
+
+    loop = min(timeit.repeat("sum(range(1000))", number=2000, repeat=5)) / 2000
+    a, w = np.ones((256, 128), np.float32), np.ones((128, 128), np.float32)
+    out = np.empty((256, 128), np.float32)
+    with single_threaded_blas():
+        mm = min(timeit.repeat(lambda: np.matmul(a, w, out=out), number=500, repeat=5)) / 500
+    return (
+        f"machine: interpreted loop sum(range(1000)) {loop * 1e6:.1f} us; float32 product "
+        f"256x128 @ 128x128 {2 * 256 * 128 * 128 / mm / 1e9:.0f} GFLOP/s (one thread)"
     )
 
 
@@ -286,7 +336,11 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--seconds", type=float, default=120.0, help="training time of each path")
     p.add_argument(
-        "--env-seconds", type=float, default=10.0, help="bare-env timing (CPU seconds), each turn"
+        "--env-seconds",
+        type=float,
+        default=3.0,
+        help="bare-env timing (CPU seconds) of each turn: one before the first iteration "
+        "and one after each",
     )
     p.add_argument("--wrapper", default="none", help="none | flow | wls (headline: none)")
     p.add_argument(
@@ -322,28 +376,33 @@ def main() -> None:
         f"{cpus} CPUs",
         flush=True,
     )
-    bare = [env_rate(node, args.env_seconds)]
-    print(f"bare env (random valid actions): {bare[-1][0]:,.0f} agent-steps per CPU s", flush=True)
+    print(machine_line(), flush=True)
     rates: dict[str, Throughput] = {}
+    bare: list[tuple[float, float]] = []
     try:
-        with tempfile.TemporaryDirectory() as out:
-            for label, exp in (("node", node), ("round", rounds)):
-                if label not in views:
-                    continue
-                results, cpu = train_run(exp, Path(out))
-                tp = rates[label] = throughput(results, cpu, cpus)
-                print(
-                    f"{label} view: {tp.cpu_rate:,.0f} node decisions/s on {cpus} busy CPUs "
-                    f"({tp.wall_rate:,.0f} per wall s, the CPUs {tp.busy:.0%} busy; "
-                    f"{tp.decisions:,.0f} in {tp.seconds:.0f} s after the first of "
-                    f"{len(results)} iterations)",
-                    flush=True,
-                )
-                envs = exp.rllib["env_runners"]["num_envs_per_env_runner"]
-                print(where_time_goes(results[-1], envs), flush=True)
-                print(cpu_line(tp), flush=True)
-                bare.append(env_rate(node, args.env_seconds))
-                print(f"bare env: {bare[-1][0]:,.0f} agent-steps per CPU s", flush=True)
+        for label, exp in (("node", node), ("round", rounds)):
+            if label not in views:
+                continue
+            results, walls, cpu, turns = train_interleaved(exp, node, args.env_seconds)
+            bare += turns
+            tp = rates[label] = throughput(results, walls, cpu, turns, cpus)
+            print(
+                f"{label} view: {tp.cpu_rate:,.0f} node decisions/s on {cpus} busy CPUs "
+                f"({tp.wall_rate:,.0f} per wall s, the CPUs {tp.busy:.0%} busy; "
+                f"{tp.decisions:,.0f} in {tp.seconds:.0f} s after the first of "
+                f"{len(results)} iterations)",
+                flush=True,
+            )
+            envs = exp.rllib["env_runners"]["num_envs_per_env_runner"]
+            print(where_time_goes(results[-1], envs), flush=True)
+            print(cpu_line(tp), flush=True)
+            rates_cpu = np.array([t[0] for t in turns])
+            print(
+                f"    bare env in the {len(turns)} turns around its iterations: "
+                f"{np.median(rates_cpu):,.0f} agent-steps per CPU s "
+                f"({rates_cpu.min():,.0f}-{rates_cpu.max():,.0f})",
+                flush=True,
+            )
     finally:
         ray.shutdown()
     cpu_rates, wall_rates = np.array(bare).T
@@ -354,14 +413,12 @@ def main() -> None:
     )
     if "node" in rates:
         print(spread_line("node view", rates["node"], env, env_wall))
-        print(
-            f"node view training/bare-env ratio: {np.median(rates['node'].per_iteration) / env:.3f}"
-        )
+        print(f"node view training/bare-env ratio: {np.median(rates['node'].ratios):.3f}")
     if len(rates) == 2:
         print(f"round view / node view: {rates['round'].cpu_rate / rates['node'].cpu_rate:.1f}x")
     if "round" in rates:
         print(spread_line("round view", rates["round"], env, env_wall))
-        print(f"training/bare-env ratio: {np.median(rates['round'].per_iteration) / env:.3f}")
+        print(f"training/bare-env ratio: {np.median(rates['round'].ratios):.3f}")
 
 
 if __name__ == "__main__":
