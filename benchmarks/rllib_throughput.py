@@ -6,29 +6,35 @@ How to run::
 
 Trains ``experiments/mara_node.yaml`` (node view: one RLlib step per node decision,
 through RLlib's ``PettingZooEnv``) and ``experiments/mara.yaml`` (round view: one step per
-decision round of all 16 nodes; its env runners, loads and PPO settings) through
-:func:`mara_agents.training.train.train` — what ``mara train`` runs: env runner sampling plus PPO
-updates — for ``--seconds`` of training time each, without behaviour cloning or
-checkpoints, 16 nodes, 32 slots, with the chosen wrapper.  The round view's env runners
-step their envs as one :class:`~mara_agents.training.rllib_env.RoundVectorEnv`
+decision round of all 16 nodes; its env runners, loads and PPO settings) for ``--seconds``
+of training each: the algorithm ``mara train`` builds
+(:func:`mara_agents.training.ppo.build_config`: env runner sampling plus PPO updates),
+built in this driver (one torch thread, as in the trial actor Tune would start) and
+trained iteration by iteration, without behaviour cloning or checkpoints, 16 nodes, 32
+slots, with the chosen wrapper.  The round view's env runners step their envs as one
+:class:`~mara_agents.training.rllib_env.RoundVectorEnv`
 (:data:`~mara_agents.training.rllib_env.VECTOR_MODE`): one predictor call per step of all
 its envs (``--one-by-one``: RLlib's default vector env, one call per env).
 
 **What is counted.** CPU time, not wall time: on a machine that other jobs share, wall
 time measures them as much as the training.  The training's CPU time is that of every
-process it runs (this driver, Ray's processes, the algorithm with its learner, the env
-runners; read from ``/proc``), taken at the end of each iteration; an iteration's
-throughput is its node decisions per CPU second, times the CPUs the training may use
-(Ray's, here all of the machine's): the node decisions per second of wall time the
-training would reach on a machine of its own if it kept every core busy (it does not:
+process it runs (this driver with the algorithm and its learner, Ray's processes, the env
+runners; read from ``/proc`` right before and right after each iteration).  An
+iteration's throughput is its node decisions per CPU second, times the CPUs the training
+may use (Ray's, here all of the machine's): the node decisions per second of wall time
+the training would reach on a machine of its own if it kept every core busy (it does not:
 the PPO update runs on one core while the env runners wait).  The bare env is the
 unwrapped AEC env of the same config driven by uniformly random valid actions, its
-agent-steps per CPU second timed in turns before, between and after the trainings.  The
-printed ratio is the median over the iterations (the first left out: it builds the envs
-and modules) of an iteration's throughput over the median bare-env turn, with the range
-of the middle half of the iterations, the wall-time figure beside it, and how busy the
-cores were.  RLlib's timers of the last iteration, and the CPU time of each kind of
-process per iteration, say where the time goes.
+agent-steps per CPU second of its own thread, timed for ``--env-seconds`` before the
+first iteration and after each one: **each iteration is divided by the mean of the two
+bare-env turns around it**, so that the host's drift (tens of percent within minutes on
+a shared machine) moves both.  The printed ratio is the median of those paired ratios
+over the iterations (the first left out: it builds the envs and modules), with the
+middle half of them, the wall-time figure beside it, and how busy the cores were.
+RLlib's timers of the last iteration, and the CPU time of each kind of process per
+iteration, say where the time goes.  The first line says what kind of machine it is: the
+ratio divides torch-heavy training by an interpreted env, so it is higher where
+interpreted Python is slow relative to BLAS (docs/training.md, "Throughput").
 
 The last line printed is ``training/bare-env ratio: R`` for the round view.
 Results to expect: see docs/training.md ("Round-level training", "Throughput").
