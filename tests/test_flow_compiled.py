@@ -42,7 +42,13 @@ PINNED_QUANTILES = [
     [304.260367765848, 2697.886441566972, 7786.3891248478585],
 ]
 # (completed, expired, reassignments, wasted node-ticks) of flow_share with the shipped flow
-# model, episodes 0-3 of `mara evaluate --split val` at each load, as the numpy path gave them.
+# model, episodes 0-3 of `mara evaluate --split val` at each load, as the numpy path gave them
+# on the machine that pinned them (an AVX-512 CPU).  On an AVX2-only CPU the numpy path itself
+# gives (55, 46, 260, 1089) for the first episode at load 2 (BLAS kernels and numpy's exp and
+# log differ there in the last bits, and flow_share's choice in a tick or two goes the other
+# way), so the completions and expiries are pinned exactly and the two counts of moves
+# within REL_MOVES.
+REL_MOVES = 0.03
 PINNED_EPISODES = {
     1.0: [(44, 6, 258, 371), (40, 10, 253, 464), (41, 12, 271, 555), (42, 10, 316, 534)],
     1.5: [(46, 43, 256, 1152), (52, 28, 279, 825), (54, 29, 254, 878), (48, 26, 307, 825)],
@@ -84,7 +90,12 @@ def test_flow_share_completes_what_it_did_with_the_numpy_path() -> None:
         load: [tuple(int(v) for v in row) for row in group.sort_values("episode")[keys].values]
         for load, group in df.groupby("load")
     }
-    assert got == PINNED_EPISODES
+    assert got.keys() == PINNED_EPISODES.keys()
+    for load, pinned in PINNED_EPISODES.items():
+        assert [row[:2] for row in got[load]] == [row[:2] for row in pinned], load
+        np.testing.assert_allclose(
+            [row[2:] for row in got[load]], [row[2:] for row in pinned], rtol=REL_MOVES
+        )
 
 
 def test_batches_featurise_as_if_alone(prefixes) -> None:

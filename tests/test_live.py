@@ -115,8 +115,12 @@ def test_the_shipped_policy_schedules_real_jobs(tmp_path):
         validate_traces(long, "curves.csv")
     slices = pd.read_csv(out / "slices.csv")
     assert (slices["status"] == "ok").all()
-    # a slice fills its tick: set-up (building or restoring the job) and training
-    assert ((slices["setup_s"] + slices["train_s"]) > 0.6).all()
+    # a slice fills its tick: set-up (building or restoring the job) and training, up to
+    # the step it leaves out because it would overrun the tick (on a loaded machine a step
+    # can take a good part of the 1 s tick; the slice's running estimate of a step is
+    # within a few of its mean steps)
+    per_step = slices["train_s"] / slices["slice_steps"].clip(lower=1)
+    assert ((slices["setup_s"] + slices["train_s"] + 3 * per_step) > 0.9).all()
     assert (slices.loc[~slices["fresh"], "setup_s"] < 0.05).all()  # staying workers keep it
     for name in ("summary.md", "gantt.png", "throughput.csv", "journal.jsonl"):
         assert (out / name).stat().st_size > 0
