@@ -43,11 +43,11 @@ PINNED_QUANTILES = [
 ]
 # (completed, expired, reassignments, wasted node-ticks) of flow_share with the shipped flow
 # model, episodes 0-3 of `mara evaluate --split val` at each load, as the numpy path gave them
-# on the machine that pinned them (an AVX-512 CPU).  On an AVX2-only CPU the numpy path itself
-# gives (55, 46, 260, 1089) for the first episode at load 2 (BLAS kernels and numpy's exp and
-# log differ there in the last bits, and flow_share's choice in a tick or two goes the other
-# way), so the completions and expiries are pinned exactly and the two counts of moves
-# within REL_MOVES.
+# on the machine that pinned them.  On an AMD EPYC without AVX-512 the numpy path itself gives
+# (55, 46, 260, 1089) for the first episode at load 2: numpy and OpenBLAS pick their kernels by
+# CPU (numpy's AVX-512 exp and log, for one, differ from the others in the last bit), and
+# flow_share's choice in a tick or two then goes the other way.  So the completions and
+# expiries are pinned exactly and the two counts of moves within REL_MOVES.
 REL_MOVES = 0.03
 PINNED_EPISODES = {
     1.0: [(44, 6, 258, 371), (40, 10, 253, 464), (41, 12, 271, 555), (42, 10, 316, 534)],

@@ -205,9 +205,9 @@ def test_days_split_stably_and_disjointly():
 
 
 def _digest(wl) -> str:
-    """The workload's fields, floats to 9 significant digits: numpy's exp and log differ
-    in the last bit between CPUs (its AVX-512 kernels against the others), and so do the
-    floats drawn through them; the same code gives the same digest on either."""
+    """The workload's fields, floats to 9 significant digits: numpy picks its kernels by
+    CPU (its AVX-512 exp and log, for one, differ from the others in the last bit), and so
+    do the floats drawn through them; the same code gives the same digest on either."""
     h = hashlib.sha256()
     for f in ("arrival", "deadline", "target", "trace", "cap", "alpha", "rate", "size"):
         x = np.ascontiguousarray(getattr(wl, f))
