@@ -83,11 +83,13 @@ def env_rate(exp: Experiment, seconds: float) -> tuple[float, float]:
 
 def experiment(path: str, wrapper: str, seconds: float, together: bool = True) -> Experiment:
     """The experiment file with the benchmark's settings: from scratch, timed, no checkpoints
-    (``together``: the round view's env runners step their envs as one vector env)."""
+    (``together``: the round view's env runners step their envs as one vector env, as
+    ``mara train`` does; else with RLlib's own ``"sync"`` vector env, one env at a time)."""
     exp = load_experiment(ROOT / "experiments" / path)
     rllib = dict(exp.rllib)
-    if exp.view == "round" and together:
-        rllib["env_runners"] = {**rllib.get("env_runners", {}), **VECTOR_MODE}
+    if exp.view == "round":
+        mode = VECTOR_MODE if together else {"gym_env_vectorize_mode": "sync"}
+        rllib["env_runners"] = {**rllib.get("env_runners", {}), **mode}
     return dataclasses.replace(
         exp,
         name=f"bench_{exp.name}",

@@ -57,3 +57,15 @@ def test_cpu_spent_between_samples_by_role():
     np.testing.assert_allclose(spent["driver"], [1.0, 1.5])
     np.testing.assert_allclose(spent["env runners"], [3.0, 1.0])
     np.testing.assert_allclose(spent["all"], [4.0, 2.5])
+
+
+def test_one_by_one_asks_for_rllibs_own_vector_env():
+    # mara train turns the shared-predictor vector env on by default: the benchmark's
+    # --one-by-one has to ask for RLlib's own back
+    from mara_agents.training.ppo import build_config
+    from mara_agents.training.rllib_env import VECTOR_MODE
+
+    together = build_config(bench.experiment("mara.yaml", "none", 10, together=True))
+    alone = build_config(bench.experiment("mara.yaml", "none", 10, together=False))
+    assert together.gym_env_vectorize_mode == VECTOR_MODE["gym_env_vectorize_mode"]
+    assert alone.gym_env_vectorize_mode == "sync"
