@@ -45,7 +45,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -65,7 +64,7 @@ def env_rate(exp: Experiment, seconds: float) -> tuple[float, float]:
     random valid actions, for ``seconds`` of CPU time.
 
     CPU time of this thread only: beside a running Ray, the driver's own threads (Ray's
-    core worker, the CPU sampler) use CPU time that is not the env's."""
+    core worker's) use CPU time that is not the env's."""
     env = make_wrapped_env({**exp.env_config(), "wrapper": "none"})
     rng = np.random.default_rng(0)
     done, episode = 0, 0
@@ -103,9 +102,9 @@ def experiment(path: str, wrapper: str, seconds: float, together: bool = True) -
 
 
 # What each process of a training run is, by the start of its command line (Ray names its
-# workers after what they run); the others are this driver and Ray's own processes.
+# workers after what they run); the others are this driver (the algorithm and its learner)
+# and Ray's own processes.
 ROLES = {
-    "ray::PPO": "algorithm and learner",
     "ray::SingleAgentEnvRunner": "env runners",
     "ray::MultiAgentEnvRunner": "env runners",
 }
@@ -113,17 +112,11 @@ ROLES = {
 
 class TreeClock:
     """CPU seconds used so far by this process and each of its descendants (``/proc``),
-    sampled every ``interval`` seconds in a background thread; a process that ended keeps
-    what it had used at its last sample."""
+    sampled when asked; a process that ended keeps what it had used at its last sample."""
 
-    def __init__(self, interval: float = 0.1, discover_every: int = 10) -> None:
-        self.interval, self.discover_every = interval, discover_every
-        self.walls: list[float] = []
+    def __init__(self) -> None:
         self.used: list[dict[int, float]] = []  # per sample: pid -> CPU seconds so far
         self.names: dict[int, str] = {}  # pid -> command line (as last read)
-        self._tree: list[int] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
 
     @staticmethod
     def _read(path: str) -> str | None:
@@ -133,8 +126,8 @@ class TreeClock:
         except OSError:  # the process is gone
             return None
 
-    def _discover(self) -> None:
-        """The processes of the tree now, and their command lines."""
+    def _discover(self) -> list[int]:
+        """The processes of the tree now (their command lines into ``names``)."""
         children: dict[int, list[int]] = {}
         for entry in os.scandir("/proc"):
             stat = self._read(f"/proc/{entry.name}/stat") if entry.name.isdigit() else None
@@ -148,34 +141,18 @@ class TreeClock:
             line = self._read(f"/proc/{tree[-1]}/cmdline")
             if line:
                 self.names[tree[-1]] = line.replace("\0", " ").strip()
-        self._tree = tree
+        return tree
 
-    def sample(self) -> None:
-        """Record the tree's CPU seconds now."""
-        if len(self.walls) % self.discover_every == 0:
-            self._discover()
+    def sample(self) -> int:
+        """Record the tree's CPU seconds now; the sample's index."""
         used = dict(self.used[-1]) if self.used else {}
-        for pid in self._tree:
+        for pid in self._discover():
             stat = self._read(f"/proc/{pid}/stat")
             if stat is not None:
                 fields = stat.rsplit(")", 1)[1].split()
                 used[pid] = max(used.get(pid, 0.0), (int(fields[11]) + int(fields[12])) / TICKS)
-        self.walls.append(time.time())
         self.used.append(used)
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval):
-            self.sample()
-
-    def __enter__(self) -> TreeClock:
-        self.sample()
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self._stop.set()
-        self._thread.join()
-        self.sample()
+        return len(self.used) - 1
 
     def role(self, pid: int) -> str:
         """What the process is (:data:`ROLES`, the driver, or one of Ray's own)."""
@@ -225,19 +202,16 @@ def train_interleaved(
     torch.set_num_threads(1)
     budget = float(exp.stop["time_total_s"])
     algo = build_config(exp).build_algo()
+    clock, trained = TreeClock(), 0.0
     results, walls, spans, bare = [], [], [], [env_rate(bare_exp, env_seconds)]
     try:
-        with TreeClock() as clock:
-            trained = 0.0
-            while trained < budget:
-                clock.sample()
-                before, w0 = len(clock.used) - 1, time.perf_counter()
-                results.append(algo.train())
-                walls.append(time.perf_counter() - w0)
-                clock.sample()
-                spans.append((before, len(clock.used) - 1))
-                trained += walls[-1]
-                bare.append(env_rate(bare_exp, env_seconds))
+        while trained < budget:
+            first, w0 = clock.sample(), time.perf_counter()
+            results.append(algo.train())
+            walls.append(time.perf_counter() - w0)
+            spans.append((first, clock.sample()))
+            trained += walls[-1]
+            bare.append(env_rate(bare_exp, env_seconds))
     finally:
         algo.stop()
     return results, np.array(walls), clock.spent(spans), bare
