@@ -326,7 +326,7 @@ class MaraNet(nn.Module):
             score_ctx = idle_ctx = 0.0
         else:
             w = per_node[..., 0].clamp(min=0.0)  # nodes_chosen
-            pooled = torch.einsum("bmk,bkh->bmh", w, enc.h) / (w.sum(-1, keepdim=True) + 1e-6)
+            pooled = torch.bmm(w, enc.h) / (w.sum(-1, keepdim=True) + 1e-6)
             ctx = self.context(pooled)
             score_ctx, idle_ctx = self.score_context(ctx), self.idle_context(ctx)
         rows, slots = enc.rounds, enc.slots
@@ -337,21 +337,18 @@ class MaraNet(nn.Module):
             scores = _SlotScores.apply(*inputs, w_out, b_out)
         else:  # acting: the forward alone, without autograd.Function's overhead per call
             scores = _score_hidden(*inputs) @ w_out[0] + b_out
-        slot_logits = scores.new_full(per_node.shape[:-1], MASKED_LOGIT)
-        slot_logits[rows, :, slots] = scores
-        if self.config.stay_bias:
-            slot_logits = slot_logits + self.config.stay_bias * per_node[..., 2]
-        idle_logit = self.idle_out(torch.relu(enc.idle_pooled[:, None] + idle_node + idle_ctx))
+        # one (B, M, K + 1) tensor: the scored slots, the idle logit last, masked elsewhere
         k = self.layout.num_slots
-        if width < k:
-            rest = slot_logits.new_full((*slot_logits.shape[:-1], k - width), MASKED_LOGIT)
-            out = torch.cat([slot_logits, rest, idle_logit], -1)
-        else:
-            out = torch.cat([slot_logits, idle_logit], -1)
+        out = scores.new_full((*per_node.shape[:-2], k + 1), MASKED_LOGIT)
+        out[rows, :, slots] = scores
+        if self.config.stay_bias:
+            out[..., :width] += self.config.stay_bias * per_node[..., 2]
+        idle = self.idle_out(torch.relu(enc.idle_pooled[:, None] + idle_node + idle_ctx))
+        out[..., k:] = idle
         valid = mask > 0
         if self.config.work_conserving:
             valid = torch.cat([valid[..., :-1], ~valid[..., :-1].any(-1, keepdim=True)], -1)
-        return torch.where(valid, out, torch.full_like(out, MASKED_LOGIT))
+        return out.masked_fill(~valid, MASKED_LOGIT)
 
     def logits(self, obs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """Masked logits ``(B, K + 1)`` (last = idle) for flat observations ``(B, D)``."""

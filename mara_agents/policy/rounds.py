@@ -22,6 +22,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import torch
+import torch.nn.functional as F
 
 from mara_agents.policy.network import MINE_INDEX, MaraNet, ObsLayout
 
@@ -56,13 +57,12 @@ def per_node_features(
     the slot it served (``mine``, rows of :func:`served`) and the slot counts ``(B, M, K)``
     of earlier nodes' choices (``chosen``) and of nodes still to choose that served each
     slot in the last tick (``pending``); ``inv``: :func:`inverse_caps`."""
-    cap = obs["slot_cap"]
-    # As the engine: count * (1 / cap) in float64, then float32.
+    # As the engine: count * (1 / cap) in float64, then float32 (0 and 1 are exact).
     inv = inverse_caps(obs) if inv is None else inv
-    feats = torch.stack([(chosen * inv).float(), (pending * inv).float(), mine.float()], -1)
-    mask = obs["action_mask"][:, None].expand(-1, feats.shape[1], -1)
-    full = (chosen < cap[:, None, :]).to(mask.dtype)
-    mask = torch.cat([mask[..., :-1] * full, mask[..., -1:]], -1)
+    feats = torch.stack([chosen * inv, pending * inv, mine.to(inv.dtype)], -1).float()
+    # a slot that earlier nodes filled to its cap is masked; idle (the last action) never
+    full = F.pad(chosen >= obs["slot_cap"][:, None, :], (0, 1))
+    mask = obs["action_mask"][:, None].expand(-1, feats.shape[1], -1).masked_fill(full, 0)
     return feats, mask
 
 
@@ -154,20 +154,23 @@ def _decode_in_turn(
     enc = net.encode(obs["slots"], obs["action_mask"], reads=False)  # valid choices only
     node_terms = net.encode_nodes(obs["nodes"])
     one_hot, pending = served(obs, k)
-    chosen = torch.zeros_like(pending)
+    # the counts of earlier choices per slot, and of idle in a last column (not read)
+    chosen = pending.new_zeros(len(pending), k + 1)
     inv = inverse_caps(obs)
     if not greedy:  # Gumbel-max: argmax(logits + G) is a sample of softmax(logits)
         u = torch.rand((*one_hot.shape[:2], k + 1), generator=generator, device=one_hot.device)
         gumbel = -torch.log(-torch.log(u.clamp(min=1e-20)))
+    # each node's slices, taken once: (B, 1, ...) views
+    mines, score_nodes, idle_nodes = (x.split(1, dim=1) for x in (one_hot, *node_terms))
+    ones = chosen.new_ones(len(chosen), 1)
     actions, logits = [], []
     for i in range(n):
-        mine = one_hot[:, i : i + 1]
-        feats, mask = per_node_features(obs, mine, chosen[:, None], pending[:, None], inv)
-        terms = (node_terms[0][:, i : i + 1], node_terms[1][:, i : i + 1])
-        logit = net.head(enc, terms, feats, mask)[:, 0]
+        counts = chosen[:, None, :k]
+        feats, mask = per_node_features(obs, mines[i], counts, pending[:, None], inv)
+        logit = net.head(enc, (score_nodes[i], idle_nodes[i]), feats, mask)[:, 0]
         a = logit.argmax(-1) if greedy else (logit + gumbel[:, i]).argmax(-1)
-        chosen = chosen + _slot_onehot(torch.where(a == k, -1, a), k)
-        pending = pending - one_hot[:, i]
+        chosen = chosen.scatter_add(1, a[:, None], ones)
+        pending = pending - mines[i][:, 0]
         actions.append(a)
         logits.append(logit)
     acts, logit_all = torch.stack(actions, 1), torch.stack(logits, 1)
