@@ -3,6 +3,7 @@
 How to run::
 
     python benchmarks/predictor_speed.py [--checkpoint CKPT] [--seconds 5] [--clock cpu]
+    python benchmarks/predictor_speed.py --seconds 8 --rounds 8 --clock cpu --episodes 30
 
 Results to expect (2-core CPU, one torch thread): see docs/predictor.md.  On a shared
 machine ``--clock cpu`` (this process's CPU time instead of wall time) is much steadier.
@@ -121,6 +122,59 @@ def interleaved_rates(
     return rates
 
 
+def episode_time(e, seed: int, clock=time.perf_counter) -> tuple[float, int]:
+    """Seconds (of ``clock``) and agent steps of one whole episode of ``e`` from a reset
+    with ``seed``, under random valid actions drawn from a generator seeded with ``seed``:
+    the same episode in every env whose dynamics and masks are the same (the wrappers')."""
+    rng = np.random.default_rng(seed)
+    steps, t0 = 0, clock()
+    e.reset(seed=seed)
+    while True:
+        obs, _, term, trunc, _ = e.last()
+        if term or trunc:
+            return clock() - t0, steps
+        e.step(int(rng.choice(np.flatnonzero(obs["action_mask"]))))
+        steps += 1
+
+
+def paired_episodes(makers: dict, episodes: int, clock=time.perf_counter) -> dict[str, np.ndarray]:
+    """Each env's seconds for the same ``episodes`` whole episodes (seeds 0, 1, ...),
+    taken in turn episode by episode after one warm-up episode each: every env does the
+    same work in a turn, so the per-episode ratios do not depend on which part of which
+    episode a turn happened to time.  Raises if two envs stepped an episode differently."""
+    envs = {name: make() for name, make in makers.items()}
+    for e in envs.values():
+        episode_time(e, 10_000, clock)
+    times: dict[str, list[float]] = {name: [] for name in makers}
+    for seed in range(episodes):
+        steps = set()
+        for name, e in envs.items():
+            seconds, n = episode_time(e, seed, clock)
+            times[name].append(seconds)
+            steps.add(n)
+        if len(steps) != 1:
+            raise RuntimeError(f"episode {seed}: the envs took {sorted(steps)} steps")
+    return {name: np.array(t) for name, t in times.items()}
+
+
+def print_paired(times: dict[str, np.ndarray], clock_name: str) -> None:
+    """Per env: the median of its per-episode ratios to the bare env, their middle half and
+    spread, and the ratio of the totals."""
+    base = times["env"]
+    print(
+        f"{'env':>18}: {np.median(base) * 1e3:9.1f} ms a median episode "
+        f"({len(base)} paired episodes, {clock_name} clock)"
+    )
+    for name in list(times)[1:]:
+        ratio = base / times[name]
+        lo, hi = np.percentile(ratio, [25, 75])
+        print(
+            f"{name:>18}: {np.median(ratio):.2f}x the env (median of paired episodes; middle "
+            f"half {lo:.2f}-{hi:.2f}x, all {ratio.min():.2f}-{ratio.max():.2f}x; totals "
+            f"{base.sum() / times[name].sum():.2f}x)"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--checkpoint", default=None, help="flow checkpoint (default: shipped)")
@@ -153,6 +207,14 @@ def main() -> None:
         help="also time the wrapper with a predictor that costs nothing to fit (32 fixed "
         "multiples of the current work): the ceiling any predictor can reach with the "
         "wrapper's per-tick path",
+    )
+    parser.add_argument(
+        "--episodes",
+        type=int,
+        default=0,
+        help="also time whole episodes in turn, the same seeds and actions in every env "
+        "(seeds 0 ... EPISODES-1), and print the median of the per-episode ratios: the "
+        "same work in every turn, so a steadier figure than the turns of fixed length",
     )
     parser.add_argument(
         "--clock",
@@ -203,6 +265,8 @@ def main() -> None:
             f"{name:>18}: {np.median(r):9.0f} agent-steps/s "
             f"({np.median(ratio):.2f}x the env; per turn {ratio.min():.2f}-{ratio.max():.2f}x)"
         )
+    if args.episodes:
+        print_paired(paired_episodes(makers, args.episodes, clock), args.clock)
 
 
 if __name__ == "__main__":

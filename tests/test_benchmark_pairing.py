@@ -69,3 +69,29 @@ def test_one_by_one_asks_for_rllibs_own_vector_env():
     alone = build_config(bench.experiment("mara.yaml", "none", 10, together=False))
     assert together.gym_env_vectorize_mode == VECTOR_MODE["gym_env_vectorize_mode"]
     assert alone.gym_env_vectorize_mode == "sync"
+
+
+predictor_bench = load_script(Path(__file__).parents[1] / "benchmarks" / "predictor_speed.py")
+
+
+def test_paired_episodes_time_the_same_episode_in_every_env():
+    from flow_predictor.wls import WLSPredictor
+    from flow_predictor.wrapper import PredictorFeatures
+    from mara_env.cluster_env import env
+
+    kw = {"num_nodes": 4, "num_slots": 4, "horizon": 12}
+    makers = {
+        "env": lambda: env(**kw),
+        "+ wls": lambda: PredictorFeatures(env(**kw), WLSPredictor()),
+    }
+    times = predictor_bench.paired_episodes(makers, 3)
+    assert [len(t) for t in times.values()] == [3, 3] and all((t > 0).all() for t in times.values())
+    # the same seed gives the same episode: as many steps in the bare env as wrapped
+    assert (
+        predictor_bench.episode_time(makers["env"](), 1)[1]
+        == predictor_bench.episode_time(makers["+ wls"](), 1)[1]
+    )
+    # envs that play different episodes are refused, not averaged
+    other = {"env": lambda: env(**kw), "bigger": lambda: env(**{**kw, "num_nodes": 6})}
+    with pytest.raises(RuntimeError, match="steps"):
+        predictor_bench.paired_episodes(other, 2)
