@@ -226,7 +226,7 @@ class Sampler:
         self, x: np.ndarray, first: np.ndarray, k: int, bufs: list[np.ndarray]
     ) -> np.ndarray:
         """Last hidden layer at ``x`` and solver time ``k`` (``first``: each task's first-layer
-        condition term, one row per task; ``bufs``: three (rows, hidden) arrays, overwritten;
+        condition term, one row per task; ``bufs``: two (rows, hidden) arrays, overwritten;
         the result is one of them)."""
         h, nxt = bufs
         np.dot(x, self.w_x, out=h)
