@@ -79,6 +79,16 @@ class FreePredictor(RemainingWorkPredictor):
         return _FreeFit(current_work(works), fallback, self.ratios)
 
 
+def random_step(e, rng: np.random.Generator) -> bool:
+    """One agent step of ``e`` with a uniformly random valid action; False (no step) once
+    the episode has ended."""
+    obs, _, term, trunc, _ = e.last()
+    if term or trunc:
+        return False
+    e.step(int(rng.choice(np.flatnonzero(obs["action_mask"]))))
+    return True
+
+
 class RandomStepper:
     """Steps an AEC env with random valid actions, resuming where the last call stopped."""
 
@@ -94,13 +104,11 @@ class RandomStepper:
         e, steps, clock = self.env, 0, self.clock
         t0 = clock()
         while clock() - t0 < seconds:
-            obs, _, term, trunc, _ = e.last()
-            if term or trunc:
+            if random_step(e, self.rng):
+                steps += 1
+            else:
                 self.seed += 1
                 e.reset(seed=self.seed)
-                continue
-            e.step(int(self.rng.choice(np.flatnonzero(obs["action_mask"]))))
-            steps += 1
         return steps / (clock() - t0)
 
 
@@ -129,12 +137,9 @@ def episode_time(e, seed: int, clock=time.perf_counter) -> tuple[float, int]:
     rng = np.random.default_rng(seed)
     steps, t0 = 0, clock()
     e.reset(seed=seed)
-    while True:
-        obs, _, term, trunc, _ = e.last()
-        if term or trunc:
-            return clock() - t0, steps
-        e.step(int(rng.choice(np.flatnonzero(obs["action_mask"]))))
+    while random_step(e, rng):
         steps += 1
+    return clock() - t0, steps
 
 
 def paired_episodes(makers: dict, episodes: int, clock=time.perf_counter) -> dict[str, np.ndarray]:

@@ -219,7 +219,8 @@ class Sampler:
         with torch.no_grad():
             temb = time_embedding(torch.as_tensor(times)[:, None], c.time_dim).numpy()
         self.t_terms = temb @ w0[c.target_dim : c.target_dim + c.time_dim]  # (2 steps, hidden)
-        self.rest = [(w, b[None]) for w, b in layers[1:-1]] + layers[-1:]
+        self.hidden = [(w, b[None]) for w, b in layers[1:-1]]
+        self.w_out, self.b_out = layers[-1]
         self.no_time = np.zeros(max(c.hidden, c.cond_hidden), np.float32)
 
     def _velocity(
@@ -231,7 +232,7 @@ class Sampler:
         h, nxt = bufs
         np.dot(x, self.w_x, out=h)
         _shift_silu(h, first, len(x) // len(first), self.t_terms[k])
-        for w, b in self.rest[:-1]:
+        for w, b in self.hidden:
             np.dot(h, w, out=nxt)
             _shift_silu(nxt, b, len(nxt), self.no_time)
             h, nxt = nxt, h
@@ -257,7 +258,7 @@ class Sampler:
         first += self.b0
         x = np.concatenate([np.asarray(noise, np.float32)] * b)
         bufs = [np.empty((b * s, len(self.b0)), np.float32) for _ in range(2)]
-        w_out, b_out = self.rest[-1]
+        w_out, b_out = self.w_out, self.b_out
         v = np.empty_like(x)
         dt = np.float32(1.0 / self.steps)
         for k in range(self.steps):
