@@ -7,7 +7,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from mara_env.jobs import SHIPPED_JOBS
+from mara_env.job_logs import SHIPPED_JOBS
 from mara_env.traces import SPLITS
 
 THROUGHPUT_MODES = ("known", "measured")

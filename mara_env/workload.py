@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from mara_env.config import ClusterConfig
-from mara_env.jobs import replay_day
+from mara_env.replay import replay_day
 from mara_env.traces import TraceSet
 
 

@@ -123,7 +123,8 @@ def cluster_from_args(args: argparse.Namespace, loads: list[float], option: str)
     any episode runs; a replayed job trace (``--jobs``) is checked to carry every load, and
     a line on what it replays is printed."""
     from mara_env.config import ClusterConfig, ConfigError
-    from mara_env.jobs import JobsError, replay_summary
+    from mara_env.job_logs import JobsError
+    from mara_env.replay import replay_summary
     from mara_env.traces import load_traces
 
     try:

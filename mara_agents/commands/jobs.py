@@ -85,7 +85,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run_import(args: argparse.Namespace) -> int:
     from mara_agents.commands.checks import UsageError, check, output_file
-    from mara_env.jobs import Filters, JobsError, parse_map, read_job_log, summary_lines, write_jobs
+    from mara_env.job_logs import (
+        Filters,
+        JobsError,
+        parse_map,
+        read_job_log,
+        summary_lines,
+        write_jobs,
+    )
 
     try:
         check(args.out.suffix in (".parquet", ".pq"), "--out", args.out, "a .parquet file path")
@@ -118,7 +125,8 @@ def run_info(args: argparse.Namespace) -> int:
 
     from mara_agents.commands.checks import UsageError, at_least
     from mara_env.config import ClusterConfig, ConfigError
-    from mara_env.jobs import JobsError, day_loads, jobs_path, read_jobs, summary_lines
+    from mara_env.job_logs import JobsError, jobs_path, read_jobs, summary_lines
+    from mara_env.replay import day_loads
 
     try:
         at_least(args.nodes, "--nodes", 1)

@@ -21,7 +21,8 @@ def check_inputs(exp: Experiment) -> None:
     """The files a run reads exist and load: ``env.traces`` (its split), ``env.jobs`` and
     each of ``train_jobs`` (days of its split that carry each training load),
     ``init_weights``."""
-    from mara_env.jobs import JobsError, replay_summary
+    from mara_env.job_logs import JobsError
+    from mara_env.replay import replay_summary
     from mara_env.traces import TraceError, load_traces
 
     where = exp.path or "experiment"
