@@ -1,7 +1,7 @@
 """mara_env: trace library, workload generator, cluster simulator and PettingZoo env.
 
-Importing this package registers ``mara/ComputeCluster-v1`` in PettingZoo's AEC and
-parallel registries: ``pettingzoo.make("aec", "mara/ComputeCluster-v1")``, or directly
+Importing this package registers ``mara/ComputeCluster-v2`` in PettingZoo's AEC and
+parallel registries: ``pettingzoo.make("aec", "mara/ComputeCluster-v2")``, or directly
 ``mara_env.env(...)`` / ``mara_env.parallel_env(...)`` / ``mara_env.raw_env(...)``; the
 environment's module (its specification: ``raw_env``'s docstring) is
 :mod:`mara_env.cluster_env`.

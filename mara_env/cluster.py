@@ -62,10 +62,19 @@ class ClusterState:
       ``slope``, ``nodes_now`` (nodes that served it in the last tick), :meth:`history`,
       :meth:`progress`; per node ``node_task``; :meth:`active`, :meth:`potential`.
 
-    A backend implements :meth:`_serve`: it advances ``work`` and ``reported`` for the
-    tasks that made progress in a tick.  Everything else, the caps, the warm-up
-    accounting, completion, expiry, arrivals and the metrics, is this class's, once for
-    every backend.  :meth:`remaining_true` exists only where the backend knows the truth.
+    **Completion** is what a job sees: a job evaluates its loss at its own points (a
+    trace's logged points; in live mode every ``eval_every`` steps) and stops at the first
+    evaluation at or below its target.  So a task completes in the tick in which its
+    training *passes* such an evaluation (``passed``), if that tick ends by its deadline;
+    the loss it reports at the end of the tick (``reported``, for observations) is the
+    last evaluation at or below its work, which may lie above the target again.  Under a
+    fixed allocation more nodes never complete a task later.
+
+    A backend implements :meth:`_serve`: it advances ``work``, ``reported`` and
+    ``passed`` for the tasks that made progress in a tick.  Everything else, the caps, the
+    warm-up accounting, completion, expiry, arrivals and the metrics, is this class's,
+    once for every backend.  :meth:`remaining_true` exists only where the backend knows
+    the truth.
     """
 
     config: ClusterConfig
@@ -82,6 +91,7 @@ class ClusterState:
         self.work = np.zeros(n)
         self.loss0 = np.asarray(loss0, np.float64).copy()
         self.reported = self.loss0.copy()
+        self.passed = np.zeros(n, bool)  # training passed an evaluation <= its target
         self.nodes_now = np.zeros(n, np.int64)  # nodes that served the task in the last tick
         self.node_task = np.full(self.config.num_nodes, -1, np.int64)
         self.hist_work: list[list[float]] = [[] for _ in range(n)]
@@ -173,7 +183,7 @@ class ClusterState:
 
         self.t += 1
         self.nodes_now = total
-        reached = progressed[self.reported[progressed] <= wl.target[progressed]]
+        reached = progressed[self.passed[progressed]]
         completed = reached[self.t <= wl.deadline[reached]]
         self.status[completed] = DONE
         act = self.status == ACTIVE
@@ -192,8 +202,8 @@ class ClusterState:
 
     def _serve(self, assign: np.ndarray, total: np.ndarray, warm: np.ndarray) -> np.ndarray:
         """Run one interval: node ``i`` on task ``assign[i]``, ``total``/``warm`` nodes per
-        task (all / those that served it in the last tick); set ``work`` and ``reported``
-        of the tasks that progressed and return their indices."""
+        task (all / those that served it in the last tick); set ``work``, ``reported`` and
+        ``passed`` of the tasks that progressed and return their indices."""
         raise NotImplementedError
 
     # ---- derived quantities --------------------------------------------------------
@@ -213,7 +223,7 @@ class ClusterState:
         return np.asarray(self.hist_work[k]), np.asarray(self.hist_loss[k])
 
     def remaining_true(self, tasks: np.ndarray) -> np.ndarray:
-        """True remaining work to reach each task's target (oracle knowledge)."""
+        """Exact work each task still needs to complete (oracle knowledge)."""
         raise NotImplementedError(
             f"{type(self).__name__} does not know tasks' true remaining work "
             "(the oracle runs only on the simulator)"
@@ -318,10 +328,17 @@ class ClusterSim(ClusterState):
             row = np.maximum(row, self.traces.offsets[tr])
             self.rep_idx[progressed] = row - self.traces.offsets[tr]
             self.reported[progressed] = self.traces.loss[row]
+            self.passed[progressed] = self.work[progressed] >= wl.work_true[progressed]
         return progressed
 
     def remaining_true(self, tasks: np.ndarray) -> np.ndarray:
-        """True remaining work to reach each task's target (oracle knowledge)."""
+        """Exact work each task still needs to complete (oracle knowledge).
+
+        ``work_true - work``: the work to the task's first logged point at or below its
+        target (``W_k``), the point at which it completes.  An active task always has a
+        positive value (at ``W_k`` it has completed or expired); ``inf`` if its trace never
+        reaches the target.  It knows neither the future speed-up nor deadlines' slack.
+        """
         return np.maximum(self.truth.work_true[tasks] - self.work[tasks], 0.0)
 
     def task_families(self) -> np.ndarray:

@@ -55,7 +55,7 @@ QUEUE_FEATURES = (
 )
 # The id the env is registered under (``mara_env`` registers it); bump its version when
 # the spaces, the dynamics or the trace library change what an episode means.
-ENV_ID = "mara/ComputeCluster-v1"
+ENV_ID = "mara/ComputeCluster-v2"
 OBS_LIMIT = 10.0  # every feature is clipped to [-OBS_LIMIT, OBS_LIMIT]
 TICK_SCALE = 20.0  # durations (ticks) are given in units of TICK_SCALE ticks
 CAP_SCALE = 8.0  # node counts of a parallelism cap are given in units of CAP_SCALE nodes
@@ -428,7 +428,15 @@ class raw_env(AECEnv):
     live cluster, whose own reset supplies the tasks) instead of a simulator.
     ``render_mode="ansi"`` renders the cluster and the queue as text.
 
-    **Version history**: v1 — deadlines from a user's estimate (``deadline_sigma``) and
+    **Completion**: a task completes in the tick in which its work passes the first logged
+    point of its trace with loss at or below its target (a job evaluates at those points
+    and stops at the first good one), if that tick ends by its deadline; more nodes never
+    complete it later.  Its reported loss (``log_loss_ratio``, ``progress``) is the last
+    logged point at or below its work.  A task past its deadline expires.
+
+    **Version history**: v2 — a task completes when its training passes a logged point at
+    or below its target (v1 required the tick to *end* on such a point, so more nodes
+    could make a task finish later or never); spaces unchanged.  v1 — deadlines from a user's estimate (``deadline_sigma``) and
     trace library v2 (four families, held-out sources in val and test); spaces unchanged.
     v0 — initial release (deadlines from the true size).
     """

@@ -25,7 +25,7 @@ class Workload:
     rate: np.ndarray  # float, work per tick on one node (r_k)
     size: np.ndarray  # float, ticks to reach the sampled work on n_ref nodes (T_k)
     work_sampled: np.ndarray  # float, W_k: work at which the smoothed loss hits eps_k
-    work_true: np.ndarray  # float, first work at which the reported loss is <= eps_k
+    work_true: np.ndarray  # float, work of the first logged point with loss <= eps_k: done
     # int, reference allocation n_ref on which ``size`` is measured; None (hand-built
     # workloads): min(cap, config.ref_nodes), as the synthetic generator draws it
     ref: np.ndarray | None = None
@@ -139,10 +139,10 @@ def _work_true(traces: TraceSet, trace: np.ndarray, target: np.ndarray) -> np.nd
 
 
 def _first_reach(traces: TraceSet, i: int, eps: float) -> float:
-    """Work at which the reported loss first is <= eps (0: any progress; inf: never).
+    """Work of the first logged point with loss <= eps (0: any progress; inf: never).
 
-    The loss reported at work ``w`` is the raw loss of the last logged point with
-    ``step <= w`` (the first point's loss before that), so this is exact.
+    A job evaluates at its logged points and stops at the first one at or below its
+    target, so the task completes once its work reaches this value.
     """
     steps, loss = traces.trace(i)
     hit = np.flatnonzero(loss <= eps)

@@ -47,7 +47,7 @@ def test_registered_in_pettingzoo_registry():
     e = pettingzoo.make("aec", mara_env.ENV_ID, **SMALL)
     e.reset(seed=0)
     # the name follows the registered id's version (it once said v0 after the id was v1)
-    assert e.unwrapped.metadata["name"] == "mara_compute_cluster_v1"
+    assert e.unwrapped.metadata["name"] == "mara_compute_cluster_v2"
     assert mara_env.parallel_env(**SMALL).metadata["name"] == env_name(mara_env.ENV_ID)
     p = pettingzoo.make("parallel", mara_env.ENV_ID, **SMALL)
     obs, _ = p.reset(seed=0)

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mara_env.cluster import ACTIVE, DONE, EXPIRED
+from mara_env.cluster import ACTIVE, DONE, EXPIRED, ClusterSim
 from mara_env.cluster_env import parallel_env, raw_env
+from mara_env.config import ClusterConfig
+from mara_env.traces import load_traces
+from mara_env.workload import sample_workload
 from tests.conftest import SMALL
 
 configs = st.fixed_dictionaries(
@@ -189,3 +194,38 @@ def test_every_feature_matches_its_definition(cfg, seed, p_invalid):
         e.step(action)
         if slot_task >= 0 and "masked_action" not in e.infos[agent]:
             chosen[slot_task] = chosen.get(slot_task, 0) + 1
+
+
+def _fixed_counts_episode(split: str, seed: int, counts_of, reassign_cost) -> ClusterSim:
+    """One episode in which every task holds ``counts_of(workload)[k]`` nodes from its
+    arrival to its end, on a cluster with a block of nodes for every task (no node moves)."""
+    traces = load_traces(split=split)
+    cfg = ClusterConfig(num_nodes=1, horizon=40, load=1.0, reassign_cost=reassign_cost)
+    wl = sample_workload(cfg, traces, np.random.default_rng(seed))
+    counts = np.asarray(counts_of(wl), np.int64)
+    first = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    sim = ClusterSim(dataclasses.replace(cfg, num_nodes=max(int(counts.sum()), 1)), traces)
+    sim.reset(np.random.default_rng(seed), workload=wl)
+    owner = np.repeat(np.arange(len(wl)), counts)
+    while not sim.done:
+        assign = np.where(sim.status[owner] == ACTIVE, owner, -1)
+        result = sim.tick(assign)
+        # Completion never comes before the task's work reaches W_k.
+        assert (sim.work[result.completed] >= wl.work_true[result.completed]).all()
+    return sim
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    split=st.sampled_from(["train", "val", "test"]),
+    seed=st.integers(0, 2**31 - 1),
+    reassign_cost=st.sampled_from([True, 0.5, False]),
+)
+def test_more_nodes_never_complete_a_task_later(split, seed, reassign_cost):
+    """Under fixed allocations, a task on its cap completes no later than on one node, and
+    every task that completes on one node completes on its cap."""
+    one = _fixed_counts_episode(split, seed, lambda wl: np.ones(len(wl)), reassign_cost)
+    cap = _fixed_counts_episode(split, seed, lambda wl: wl.cap, reassign_cost)
+    done_one, done_cap = one.status == DONE, cap.status == DONE
+    assert not (done_one & ~done_cap).any()
+    assert (cap.finish_tick[done_one] <= one.finish_tick[done_one]).all()

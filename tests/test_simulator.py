@@ -17,7 +17,7 @@ LOSS = np.array([1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3])
 IDLE = -1
 
 
-def traces() -> TraceSet:
+def traces(loss: np.ndarray = LOSS, smooth: np.ndarray = LOSS) -> TraceSet:
     return TraceSet(
         ids=np.array(["t"]),
         families=np.array(["f"]),
@@ -25,8 +25,8 @@ def traces() -> TraceSet:
         splits=np.array(["train"]),
         offsets=np.array([0, len(STEPS)]),
         steps=STEPS,
-        loss=LOSS,
-        smooth=LOSS.copy(),
+        loss=loss,
+        smooth=smooth.copy(),
     )
 
 
@@ -141,3 +141,68 @@ def test_tasks_arrive_at_their_tick():
     assert sim.tick(np.full(4, IDLE)).arrived.tolist() == []
     assert sim.tick(np.full(4, IDLE)).arrived.tolist() == [1]
     assert sim.status.tolist() == [ACTIVE, ACTIVE]
+
+
+# A trace whose loss is noisy around the target 0.6: the first point at or below it is at
+# step 3 (W_k = 3); the points after it go back above it at steps 4 and 6.
+NOISY = np.array([1.0, 0.8, 0.55, 0.7, 0.5, 0.65, 0.45, 0.6])
+
+
+def noisy_sim(deadline: int = 20, nodes: int = 4) -> ClusterSim:
+    tr = traces(NOISY)
+    sim = ClusterSim(ClusterConfig(num_nodes=nodes, num_slots=4, horizon=8), tr)
+    sim.reset(np.random.default_rng(0), workload=workload(deadline=[deadline], work_true=[3.0]))
+    return sim
+
+
+def test_the_true_work_is_the_first_logged_point_at_or_below_the_target():
+    """sample_workload's W_k on the noisy trace (targets drawn from a smooth curve): the
+    first raw point <= the drawn target, which may come before the smooth curve gets there."""
+    tr = traces(NOISY, smooth=LOSS)
+    cfg = ClusterConfig(num_nodes=4, num_slots=4, horizon=200, load=2.0)
+    sim = ClusterSim(cfg, tr)
+    sim.reset(np.random.default_rng(3))
+    wl = sim.truth
+    assert len(wl) > 20 and (wl.work_true < wl.work_sampled).any()
+    for eps, w in zip(wl.target, wl.work_true):
+        hits = STEPS[NOISY <= eps]
+        if not len(hits):  # the raw curve never gets there: no schedule completes it
+            assert w == np.inf, (eps, w)
+        else:
+            assert w == (hits[0] if hits[0] > STEPS[0] else 0.0), (eps, w)
+
+
+def test_a_task_completes_when_its_work_passes_the_first_point_below_its_target():
+    """Four warm nodes take the task from work 0 past step 3 to work 4 in one tick; the
+    tick ends on step 4 (loss 0.7, above the target), yet the job evaluated at step 3
+    (0.55) and stopped: the task completes, and it reports the loss at its work."""
+    sim = noisy_sim()
+    four = np.zeros(4, np.int64)
+    sim.tick(four)  # warm-up: no work
+    assert sim.remaining_true(np.array([0])).tolist() == [3.0]
+    result = sim.tick(four)
+    assert sim.work[0] == 4.0 and sim.reported[0] == 0.7
+    assert result.completed.tolist() == [0] and sim.status[0] == DONE
+
+
+def test_remaining_true_is_the_work_to_completion_on_a_noisy_trace():
+    """One node: work 1, 2 (remaining 2, 1), then work 3 completes the task."""
+    sim = noisy_sim()
+    one = np.array([0, IDLE, IDLE, IDLE])
+    sim.tick(one)
+    remaining = []
+    for _ in range(3):
+        remaining.append(float(sim.remaining_true(np.array([0]))[0]))
+        result = sim.tick(one)
+    assert remaining == [3.0, 2.0, 1.0]
+    assert result.completed.tolist() == [0] and sim.finish_tick[0] == 4
+
+
+def test_completion_needs_the_work_and_the_deadline():
+    """Two nodes: work 2 after tick 2, 4 after tick 3; with deadline 2 the task expires at
+    work 2 < W_k (its reported loss 0.8 is above the target anyway)."""
+    sim = noisy_sim(deadline=2)
+    two = np.array([0, 0, IDLE, IDLE])
+    sim.tick(two)
+    result = sim.tick(two)
+    assert result.expired.tolist() == [0] and sim.metrics()["completed"] == 0

@@ -73,8 +73,8 @@ FORMULATION = 1
 # a count of tasks, an integer this close above it counts as reached (too much slack only
 # loosens the bound, too little could cut below the optimum).
 _ROUND_TOL = 1e-4
-# Work targets are shrunk by this factor: the simulator finds the reported loss by a
-# float search that can count work a few ulps short of a logged step as reaching it.
+# Work targets are shrunk by this factor: the simulator sums float gains, whose rounding
+# can land a few ulps either side of W_k (too much slack only loosens the bound).
 _WORK_SLACK = 1e-9
 # Relative shortfall of a task's work that a solution of the relaxation may have and still
 # count as completing it (above HiGHS's feasibility tolerance, 1e-7).

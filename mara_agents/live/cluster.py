@@ -233,6 +233,7 @@ class LiveCluster(ClusterState):
                 progressed.append(k)
                 self.work[k] = float(v["steps"])
                 self.reported[k] = float(v["loss"])
+                self.passed[k] = self.reported[k] <= self.workload.target[k]
                 if not v.get("fresh", True):
                     steady.append(k)
                     gains.append(float(v["slice_steps"]))

@@ -3,7 +3,7 @@
 ``mara_env`` stays free of ray; this module adapts its AEC env (optionally wrapped by the
 predictor observation wrapper, :func:`flow_predictor.wrapper.wrap`) to RLlib:
 
-* :data:`mara_env.ENV_ID` (``mara/ComputeCluster-v1``): the AEC env as a turn-based
+* :data:`mara_env.ENV_ID` (``mara/ComputeCluster-v2``): the AEC env as a turn-based
   ``MultiAgentEnv`` through :class:`ray.rllib.env.wrappers.pettingzoo_env.PettingZooEnv`
   (one RLlib step per node decision);
 * :data:`ROUND_ENV_ID`: :class:`mara_env.round_env.RoundEnv` over that same (wrapped) AEC
@@ -35,7 +35,7 @@ from flow_predictor.wrapper import features_together, make_predictor, make_wrapp
 from mara_env import ENV_ID
 from mara_env.round_env import MixedRoundEnv, RoundEnv
 
-ROUND_ENV_ID = "mara/ComputeClusterRounds-v0"
+ROUND_ENV_ID = "mara/ComputeClusterRounds-v1"
 # RLlib's setting that makes an env runner build its envs through the creator at once
 VECTOR_MODE = {"gym_env_vectorize_mode": "vector_entry_point"}
 
