@@ -203,7 +203,6 @@ def _fixed_counts_episode(split: str, seed: int, counts_of, reassign_cost) -> Cl
     cfg = ClusterConfig(num_nodes=1, horizon=40, load=1.0, reassign_cost=reassign_cost)
     wl = sample_workload(cfg, traces, np.random.default_rng(seed))
     counts = np.asarray(counts_of(wl), np.int64)
-    first = np.concatenate([[0], np.cumsum(counts)[:-1]])
     sim = ClusterSim(dataclasses.replace(cfg, num_nodes=max(int(counts.sum()), 1)), traces)
     sim.reset(np.random.default_rng(seed), workload=wl)
     owner = np.repeat(np.arange(len(wl)), counts)
