@@ -437,8 +437,9 @@ class raw_env(AECEnv):
     **Version history**: v2 — a task completes when its training passes a logged point at
     or below its target (v1 required the tick to *end* on such a point, so more nodes
     could make a task finish later or never); spaces unchanged.  v1 — deadlines from a
-    user's estimate (``deadline_sigma``) and trace library v2 (four families, held-out sources in val and test); spaces unchanged.
-    v0 — initial release (deadlines from the true size).
+    user's estimate (``deadline_sigma``) and trace library v2 (four families, held-out
+    sources in val and test); spaces unchanged.  v0 — initial release (deadlines from the
+    true size).
     """
 
     metadata = {
