@@ -44,6 +44,10 @@ MAP_OPTIONAL = ("duration", "end", "start", "deadline", "job_id", "user", "name"
 PHILLY_CSV = {"submit": "timestamp", "duration": "duration", "gpus": "num_gpus"}
 HELIOS = {"submit": "submit_time", "gpus": "gpu_num", "job_id": "job_id", "user": "user"}
 TIMING = ("duration", "end", "start")
+# The largest values a jobs table stores (duration_s is float32, gpus int16): a log's value
+# above them is refused, never stored as inf or wrapped round to another number.
+MAX_DURATION_S = float(np.finfo(np.float32).max)
+MAX_GPUS = int(np.iinfo(np.int16).max)
 
 
 class JobsError(ValueError):
@@ -222,12 +226,25 @@ def _normalise(
             origin,
             f"is before {begin_col}; expected an end time at or after it",
         )
+    timing = raw[roles["duration"] if "duration" in roles else roles["end"]]
+    _first_bad(
+        duration > MAX_DURATION_S,
+        timing,
+        origin,
+        f"is a run time longer than a jobs table holds; expected at most {MAX_DURATION_S:.4g} s",
+    )
     gpus = _numbers(raw[roles["gpus"]], origin, "a whole number of GPUs")
     _first_bad(
         (gpus < 0) | (gpus != np.round(gpus)),
         raw[roles["gpus"]],
         origin,
         "is not a whole number >= 0; expected the GPUs the job ran on",
+    )
+    _first_bad(
+        gpus > MAX_GPUS,
+        raw[roles["gpus"]],
+        origin,
+        f"is more GPUs than any cluster runs a job on; expected at most {MAX_GPUS}",
     )
     keep = np.ones(len(raw), bool)
     if fmt == "helios":

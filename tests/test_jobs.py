@@ -161,6 +161,18 @@ BAD = [
     ),
     ("t,d,n\n5,100,2\n", ["--format", "csv"], ["--map"]),
     ("t,d,n\n5,100,2\n", ["--map", "submit=t,duration=d,gpus=n"], ["--map"]),
+    # values a jobs table cannot hold: refused with the log's own value, never wrapped or inf
+    (
+        "timestamp,duration,num_gpus\n0,61,65537\n",
+        ["--max-gpu-hours", "inf"],
+        ["row 0", "num_gpus 65537", "at most 32767"],
+    ),
+    (
+        "timestamp,duration,num_gpus\n0,61,1\n10,1e39,1\n",
+        ["--max-gpu-hours", "inf"],
+        ["row 1", "duration 1e39", "longer"],
+    ),
+    ("timestamp,duration,num_gpus\n0,1e39,1\n", [], ["row 0", "duration 1e39"]),
 ]
 
 
