@@ -99,8 +99,8 @@ def validate_traces(df: pd.DataFrame, origin: str = "<table>") -> pd.DataFrame:
     """Check a long-form trace table and return it normalised (typed, with ``split``).
 
     Raises :class:`TraceError` naming ``origin``, the trace and the row (0-based data
-    row in the table) for: a missing column, NaN/inf, a negative loss, a step that does
-    not increase within a trace, a trace with fewer than ``MIN_POINTS`` points, or an
+    row in the table) for: a missing column, NaN/inf, a negative loss or step, a step that
+    does not increase within a trace, a trace with fewer than ``MIN_POINTS`` points, or an
     unknown split name.
     """
     missing = [c for c in REQUIRED_COLUMNS if c not in df.columns]
@@ -126,13 +126,14 @@ def validate_traces(df: pd.DataFrame, origin: str = "<table>") -> pd.DataFrame:
                 f"{_show(df[col].iloc[row])}; expected a finite number"
             )
         out[col] = values
-    negative = out["loss"].to_numpy() < 0
-    if negative.any():
-        row = int(np.flatnonzero(negative)[0])
-        raise TraceError(
-            f"{origin}: trace {out.at[row, 'trace_id']!r}, row {row}: loss "
-            f"{out.at[row, 'loss']} is negative; losses must be >= 0"
-        )
+    for col, what in (("loss", "losses"), ("step", "steps (cumulative work)")):
+        negative = out[col].to_numpy() < 0
+        if negative.any():
+            row = int(np.flatnonzero(negative)[0])
+            raise TraceError(
+                f"{origin}: trace {out.at[row, 'trace_id']!r}, row {row}: {col} "
+                f"{_show(df[col].iloc[row])} is negative; {what} must be >= 0"
+            )
     ids = out["trace_id"].to_numpy()
     steps = out["step"].to_numpy()
     same_as_prev = np.r_[False, ids[1:] == ids[:-1]]
@@ -265,20 +266,17 @@ def import_traces(
         raise TraceError(
             f"{out}: unknown library file type; expected a {', '.join(LIBRARY_SUFFIXES)} file"
         )
-    frames = []
+    frames = [read_traces(out)] if out.exists() else []
+    # trace id -> why a second trace of that id is refused
+    taken = {tid: f"is already in the library {out}" for f in frames for tid in f["trace_id"]}
     for p in sources:
         frames.append(read_traces(p, tag))
         reject_flat(frames[-1], str(p))
-    if out.exists():
-        frames.insert(0, read_traces(out))
+        for tid in frames[-1]["trace_id"].unique():
+            if tid in taken:
+                raise TraceError(f"{p}: trace id {tid!r} {taken[tid]}; ids must be unique")
+            taken[tid] = f"occurs in more than one input (also in {p})"
     merged = pd.concat(frames, ignore_index=True)
-    starts = merged["trace_id"].ne(merged["trace_id"].shift())
-    dup = merged.loc[starts, "trace_id"].duplicated()
-    if dup.any():
-        tid = merged.loc[starts, "trace_id"][dup].iloc[0]
-        raise TraceError(
-            f"{out}: trace id {tid!r} occurs in more than one input; ids must be unique"
-        )
     write_traces(merged, out)
     return merged
 

@@ -62,6 +62,9 @@ def _corrupt(kind):
     if kind == "negative":
         df.loc[7, "loss"] = -0.5
         return df, r"trace 't0', row 7: loss -0.5 is negative"
+    if kind == "negative_step":  # a curve shifted below 0: work cannot be negative
+        df["step"] -= 20.0
+        return df, r"trace 't0', row 0: step -19 is negative; steps \(cumulative work\)"
     if kind == "short":
         return df.iloc[: 12 + MIN_POINTS - 1], rf"trace 't1', row 12: has {MIN_POINTS - 1} point"
     if kind == "interleaved":
@@ -71,7 +74,8 @@ def _corrupt(kind):
     raise AssertionError(kind)
 
 
-KINDS = ["missing", "nan", "inf", "unsorted", "negative", "short", "interleaved", "empty"]
+KINDS = ["missing", "nan", "inf", "unsorted", "negative", "negative_step", "short"]
+KINDS += ["interleaved", "empty"]
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -100,6 +104,17 @@ def test_duplicate_trace_ids_across_inputs_rejected(tmp_path):
     a = _write(_table(), tmp_path / "a.csv")
     with pytest.raises(TraceError, match="occurs in more than one input"):
         import_traces([a, a], tmp_path / "lib.parquet")
+
+
+@pytest.mark.parametrize("n_traces", [1, 2])
+def test_reimporting_an_id_already_in_the_library_says_so(tmp_path, n_traces):
+    src = _write(_table(n_traces), tmp_path / "a.csv")
+    lib = tmp_path / "lib.parquet"
+    import_traces([src], lib)
+    before = lib.read_bytes()
+    with pytest.raises(TraceError, match=r"a.csv: trace id 't0' is already in the library"):
+        import_traces([src], lib)
+    assert lib.read_bytes() == before
 
 
 def test_missing_and_unknown_files(tmp_path):
