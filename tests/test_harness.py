@@ -35,7 +35,7 @@ def test_results_columns_and_outputs(config, tmp_path) -> None:
     for k in ("tasks", "completed"):
         np.testing.assert_array_equal(out[[f"{k}_{f}" for f in families]].sum(axis=1), out[k])
     assert out["tasks"].sum() > 0
-    for name in ("summary.md", "completion_vs_load.png"):
+    for name in ("summary.md", "completion_vs_load.png", "paired_differences.png"):
         assert (tmp_path / name).stat().st_size > 0
     assert any((tmp_path / "tb").iterdir())
     summary = (tmp_path / "summary.md").read_text()

@@ -119,6 +119,71 @@ def test_completion_plot_legend_covers_no_curve(tmp_path, monkeypatch) -> None:
     assert legend.x1 <= fig.bbox.x1  # and inside the image
 
 
+def test_headline_plots_tell_every_spec_apart_and_draw_the_paired_leads(
+    tmp_path, monkeypatch
+) -> None:
+    """completion_vs_load.png draws one line per spec, each in its own colour, the shipped
+    policy thickest and the references in greys; paired_differences.png draws mara minus
+    each rival (not the clairvoyant ones) at every load, as paired_differences has it."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib.colors import to_hex, to_rgb
+    from matplotlib.figure import Figure
+
+    from mara_agents.evaluation.report import PAIRED_PLOT, plot_completion, plot_paired_differences
+    from mara_agents.reproduce import DEFAULT_SPECS
+
+    saved: list[Figure] = []
+    savefig = Figure.savefig
+    monkeypatch.setattr(
+        Figure, "savefig", lambda fig, *a, **k: (saved.append(fig), savefig(fig, *a, **k))
+    )
+    rng = np.random.default_rng(0)
+    df = pd.DataFrame(
+        [
+            {
+                "scheduler": s,
+                "load": load,
+                "base_seed": 0,
+                "seed": e,
+                "completion_rate": rng.random(),
+            }
+            for load in (1.0, 2.0)
+            for e in range(4)
+            for s in DEFAULT_SPECS
+        ]
+    )
+    plot_completion(df, tmp_path / "completion_vs_load.png")
+    assert plot_paired_differences(df, "mara", tmp_path / PAIRED_PLOT)
+    assert not plot_paired_differences(df, "nope", tmp_path / "none.png")
+    for name in ("completion_vs_load.png", PAIRED_PLOT):
+        assert (tmp_path / name).stat().st_size > 0
+    lines, points = saved[0].axes[0].containers, saved[1].axes
+    line = {c.get_label(): c.lines[0] for c in lines}
+    assert sorted(line) == sorted(DEFAULT_SPECS)
+    assert len({to_hex(ln.get_color()) for ln in line.values()}) == len(DEFAULT_SPECS)
+    assert all(
+        line["mara"].get_linewidth() > ln.get_linewidth() for s, ln in line.items() if s != "mara"
+    )
+    for ref in ("bound", "oracle", "flow_share:predictor=oracle", "uniform"):
+        r, g, b = to_rgb(line[ref].get_color())
+        assert r == g == b and line[ref].get_linestyle() != "-"
+    rivals = [
+        s
+        for s in DEFAULT_SPECS
+        if s not in ("mara", "bound", "oracle", "flow_share:predictor=oracle")
+    ]
+    lead = paired_differences(df, "mara").set_index(["scheduler", "load"])["diff"]
+    ticks = [t.get_text() for t in points[0].get_yticklabels()]
+    assert sorted(ticks) == sorted(rivals)
+    for ax, load in zip(points, (1.0, 2.0)):
+        drawn = {
+            ticks[int(c.lines[0].get_ydata()[0])]: c.lines[0].get_xdata()[0] for c in ax.containers
+        }
+        assert drawn == pytest.approx({s: -100 * lead[(s, load)] for s in rivals})
+
+
 def test_paired_leads_pair_episode_by_episode_and_refuse_unequal_lists():
     from mara_agents.evaluation.references import paired_leads
 

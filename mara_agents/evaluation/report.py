@@ -24,6 +24,7 @@ from mara_agents.scalars import ScalarWriter
 
 REFERENCE = "lara"
 POLICY = "mara"  # the shipped policy's spec: the reference whenever it is evaluated
+PAIRED_PLOT = "paired_differences.png"  # the reference minus each rival, per load
 
 
 def default_reference(specs: list[str]) -> str:
@@ -157,13 +158,16 @@ def summary_markdown(df: pd.DataFrame, reference: str = REFERENCE) -> str:
 
 def write_outputs(df: pd.DataFrame, out_dir: str | os.PathLike, reference: str = REFERENCE) -> None:
     """``results.csv``, ``summary.md`` (paired differences against ``reference``),
-    ``completion_vs_load.png``, ``completion_by_family.png`` (with two or more trace
+    ``completion_vs_load.png``, :data:`PAIRED_PLOT` (``reference`` minus each rival, per
+    load; when it was evaluated), ``completion_by_family.png`` (with two or more trace
     families) and ``tb/`` in ``out_dir``."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     df.to_csv(out / "results.csv", index=False)
     (out / "summary.md").write_text(summary_markdown(df, reference))
-    plot_completion(df, out / "completion_vs_load.png")
+    subject = reference if reference in set(df["scheduler"]) else POLICY
+    plot_completion(df, out / "completion_vs_load.png", subject)
+    plot_paired_differences(df, reference, out / PAIRED_PLOT)
     plot_families(df, out / "completion_by_family.png")
     write_tensorboard(df, out / "tb")
 
@@ -190,22 +194,87 @@ def plot_allocation(panels: list[tuple[str, np.ndarray]], path: str | os.PathLik
     plt.close(fig)
 
 
-def plot_completion(df: pd.DataFrame, path: str | os.PathLike) -> None:
-    """Completion rate vs load, one line per scheduler with 95% CI error bars."""
+# How the completion plot tells lines apart. The subject (the shipped policy, or whatever the
+# paired differences are taken against) is thick and red; the references are black and
+# greys, dashed: the clairvoyant ones (the bound, the oracle, any spec planning on exact
+# work) and the floor (uniform share); every rival gets its own colour and a marker.
+SUBJECT_COLOUR = "#d62728"
+REFERENCE_STYLES = (
+    ("black", "--", "s"),
+    ("#404040", "-.", "D"),
+    ("#6e6e6e", (0, (5, 1, 1, 1, 1, 1)), "v"),
+    ("#9a9a9a", ":", "P"),
+)
+RIVAL_COLOURS = (
+    *("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#bcbd22", "#17becf"),
+    *("#393b79", "#637939", "#8c6d31", "#7b4173"),
+    *("#9edae5", "#ffbb78", "#98df8a", "#c5b0d5"),
+)
+RIVAL_MARKERS = ("o", "^", "s", "D", "v", "P", "X")
+
+
+def is_clairvoyant(spec: str) -> bool:
+    """Whether ``spec`` knows each task's true work: a ceiling, not a competitor."""
+    return spec in GAP_CEILINGS or "predictor=oracle" in spec
+
+
+def line_styles(specs: list[str], subject: str) -> dict[str, dict]:
+    """Matplotlib style (colour, linestyle, marker, width, zorder) per spec: ``subject``
+    stands out, the references are black and greys, dashed, and the rivals thinner with a
+    colour each (and a marker, so that past 16 rivals the pairs still differ)."""
+    styles: dict[str, dict] = {}
+    refs = rivals = 0
+    for spec in specs:
+        if spec == subject:
+            styles[spec] = dict(color=SUBJECT_COLOUR, ls="-", marker="o", lw=3.0, ms=7, zorder=5)
+        elif is_clairvoyant(spec) or spec == GAP_FLOOR:
+            colour, ls, marker = REFERENCE_STYLES[refs % len(REFERENCE_STYLES)]
+            if refs >= len(REFERENCE_STYLES):  # past four references: lighter greys
+                colour = str(min(0.85, 0.5 + 0.07 * refs))
+            styles[spec] = dict(color=colour, ls=ls, marker=marker, lw=1.6, ms=5, zorder=3)
+            refs += 1
+        else:
+            colour = RIVAL_COLOURS[rivals % len(RIVAL_COLOURS)]
+            marker = RIVAL_MARKERS[rivals % len(RIVAL_MARKERS)]
+            styles[spec] = dict(color=colour, ls="-", marker=marker, lw=1.1, ms=4, zorder=4)
+            rivals += 1
+    return styles
+
+
+def _legend_order(specs: list[str], subject: str) -> list[str]:
+    """Subject first, then the rivals, then the references (as :func:`line_styles`)."""
+    refs = [s for s in specs if s != subject and (is_clairvoyant(s) or s == GAP_FLOOR)]
+    rivals = [s for s in specs if s != subject and s not in refs]
+    return [s for s in (subject,) if s in specs] + rivals + refs
+
+
+def plot_completion(df: pd.DataFrame, path: str | os.PathLike, subject: str = POLICY) -> None:
+    """Completion rate vs load, one line per scheduler with 95% CI error bars; ``subject``
+    (default the shipped policy) thick and red, the references dashed in black and greys."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     s = summarise(df)
+    specs = list(dict.fromkeys(s["scheduler"]))
+    styles = line_styles(specs, subject)
     fig, ax = plt.subplots(figsize=(7.5, 4))
-    # tab10's colours repeat after ten lines: past ten, the marker and dash tell them apart
-    styles = [("o", "-"), ("s", "--"), ("^", ":")]
-    for i, (spec, g) in enumerate(s.groupby("scheduler", sort=False)):
-        yerr = g["ci95"].fillna(0)
-        marker, dash = styles[(i // 10) % len(styles)]
+    for spec in _legend_order(specs, subject):
+        g = s[s["scheduler"] == spec]
+        st = styles[spec]
         ax.errorbar(
-            g["load"], g["mean"], yerr=yerr, marker=marker, linestyle=dash, capsize=3, label=spec
+            g["load"],
+            g["mean"],
+            yerr=g["ci95"].fillna(0),
+            color=st["color"],
+            linestyle=st["ls"],
+            marker=st["marker"],
+            linewidth=st["lw"],
+            markersize=st["ms"],
+            zorder=st["zorder"],
+            capsize=3,
+            label=spec,
         )
     ax.set_xlabel("load factor ρ")
     ax.set_ylabel("completion rate")
@@ -216,6 +285,65 @@ def plot_completion(df: pd.DataFrame, path: str | os.PathLike) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+def plot_paired_differences(df: pd.DataFrame, reference: str, path: str | os.PathLike) -> bool:
+    """``reference`` minus each rival in completion rate (points), per load, on the same
+    episodes, with its paired 95% t-interval: one panel per load, rivals ranked by their
+    mean over loads (clairvoyant specs left out: they are ceilings). False, and nothing
+    written, when ``reference`` was not evaluated or has no rival."""
+    specs = list(dict.fromkeys(df["scheduler"]))
+    if reference not in specs:
+        return False
+    d = paired_differences(df, reference)
+    d = d[~d["scheduler"].map(is_clairvoyant)]
+    if d.empty:
+        return False
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    styles = line_styles(specs, reference)
+    # the reference's lead is minus (rival - reference); in points
+    d = d.assign(lead=-100 * d["diff"], half=100 * d["ci95"].fillna(0))
+    order = d.groupby("scheduler", sort=False)["lead"].mean().sort_values().index.tolist()
+    loads = sorted(d["load"].unique())
+    height = 1.2 + 0.32 * len(order)
+    fig, axes = plt.subplots(
+        1, len(loads), figsize=(2.2 + 2.6 * len(loads), height), sharey=True, squeeze=False
+    )
+    y = {spec: i for i, spec in enumerate(order)}
+    for ax, load in zip(axes[0], loads):
+        g = d[d["load"] == load]
+        for _, r in g.iterrows():
+            st = styles[r["scheduler"]]
+            ax.errorbar(
+                r["lead"],
+                y[r["scheduler"]],
+                xerr=r["half"],
+                color=st["color"],
+                marker=st["marker"],
+                markersize=st["ms"] + 1,
+                capsize=3,
+                linestyle="none",
+            )
+        ax.axvline(0, color="black", linewidth=0.8)
+        ax.set_title(f"load {load:g}", fontsize=9)
+        ax.grid(axis="x", alpha=0.3)
+        ax.set_xlabel("points", fontsize=8)
+    axes[0, 0].set_yticks(range(len(order)), order, fontsize=8)
+    axes[0, 0].set_ylim(-0.6, len(order) - 0.4)
+    n = int(d["n"].min())
+    fig.suptitle(
+        f"{reference} − rival, completion rate (same {n} episodes; 95% paired t-interval; "
+        f"right of 0: {reference} ahead)",
+        fontsize=9,
+    )
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return True
 
 
 def plot_families(df: pd.DataFrame, path: str | os.PathLike) -> None:
