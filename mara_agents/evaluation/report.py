@@ -218,34 +218,45 @@ def is_clairvoyant(spec: str) -> bool:
     return spec in GAP_CEILINGS or "predictor=oracle" in spec
 
 
+def _reference_rank(spec: str) -> int | None:
+    """Where ``spec`` sits among the references, highest ceiling first (None: a rival)."""
+    if spec in GAP_CEILINGS:
+        return GAP_CEILINGS.index(spec)
+    if is_clairvoyant(spec):
+        return len(GAP_CEILINGS)
+    return len(GAP_CEILINGS) + 1 if spec == GAP_FLOOR else None
+
+
 def line_styles(specs: list[str], subject: str) -> dict[str, dict]:
     """Matplotlib style (colour, linestyle, marker, width, zorder) per spec: ``subject``
-    stands out, the references are black and greys, dashed, and the rivals thinner with a
-    colour each (and a marker, so that past 16 rivals the pairs still differ)."""
+    stands out, the references are black to light grey from the bound down to uniform
+    share, dashed, and the rivals thinner with a colour each (and a marker, so that past
+    16 rivals the pairs still differ)."""
     styles: dict[str, dict] = {}
-    refs = rivals = 0
-    for spec in specs:
-        if spec == subject:
-            styles[spec] = dict(color=SUBJECT_COLOUR, ls="-", marker="o", lw=3.0, ms=7, zorder=5)
-        elif is_clairvoyant(spec) or spec == GAP_FLOOR:
-            colour, ls, marker = REFERENCE_STYLES[refs % len(REFERENCE_STYLES)]
-            if refs >= len(REFERENCE_STYLES):  # past four references: lighter greys
-                colour = str(min(0.85, 0.5 + 0.07 * refs))
-            styles[spec] = dict(color=colour, ls=ls, marker=marker, lw=1.6, ms=5, zorder=3)
-            refs += 1
-        else:
-            colour = RIVAL_COLOURS[rivals % len(RIVAL_COLOURS)]
-            marker = RIVAL_MARKERS[rivals % len(RIVAL_MARKERS)]
-            styles[spec] = dict(color=colour, ls="-", marker=marker, lw=1.1, ms=4, zorder=4)
-            rivals += 1
+    refs = sorted(
+        (s for s in specs if s != subject and _reference_rank(s) is not None),
+        key=_reference_rank,
+    )
+    for i, spec in enumerate(refs):
+        colour, ls, marker = REFERENCE_STYLES[i % len(REFERENCE_STYLES)]
+        if i >= len(REFERENCE_STYLES):  # past four references: lighter greys
+            colour = str(min(0.85, 0.5 + 0.07 * i))
+        styles[spec] = dict(color=colour, ls=ls, marker=marker, lw=1.6, ms=5, zorder=3)
+    rivals = [s for s in specs if s != subject and s not in styles]
+    for i, spec in enumerate(rivals):
+        colour = RIVAL_COLOURS[i % len(RIVAL_COLOURS)]
+        marker = RIVAL_MARKERS[i % len(RIVAL_MARKERS)]
+        styles[spec] = dict(color=colour, ls="-", marker=marker, lw=1.1, ms=4, zorder=4)
+    if subject in specs:
+        styles[subject] = dict(color=SUBJECT_COLOUR, ls="-", marker="o", lw=3.0, ms=7, zorder=5)
     return styles
 
 
 def _legend_order(specs: list[str], subject: str) -> list[str]:
-    """Subject first, then the rivals, then the references (as :func:`line_styles`)."""
-    refs = [s for s in specs if s != subject and (is_clairvoyant(s) or s == GAP_FLOOR)]
+    """Subject first, then the rivals, then the references from the bound down."""
+    refs = sorted((s for s in specs if _reference_rank(s) is not None), key=_reference_rank)
     rivals = [s for s in specs if s != subject and s not in refs]
-    return [s for s in (subject,) if s in specs] + rivals + refs
+    return [s for s in (subject,) if s in specs] + rivals + [s for s in refs if s != subject]
 
 
 def plot_completion(df: pd.DataFrame, path: str | os.PathLike, subject: str = POLICY) -> None:
@@ -311,7 +322,12 @@ def plot_paired_differences(df: pd.DataFrame, reference: str, path: str | os.Pat
     loads = sorted(d["load"].unique())
     height = 1.2 + 0.32 * len(order)
     fig, axes = plt.subplots(
-        1, len(loads), figsize=(2.2 + 2.6 * len(loads), height), sharey=True, squeeze=False
+        1,
+        len(loads),
+        figsize=(2.2 + 2.6 * len(loads), height),
+        sharex=True,
+        sharey=True,
+        squeeze=False,
     )
     y = {spec: i for i, spec in enumerate(order)}
     for ax, load in zip(axes[0], loads):
