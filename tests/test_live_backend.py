@@ -50,7 +50,8 @@ class SimPool:
             steps, loss = self.traces.trace(int(self.wl.trace[k]))
             j = max(0, np.searchsorted(steps, self.work[k], side="right") - 1)
             out[k] = {"status": "ok", "steps": self.work[k], "slice_steps": gain}
-            out[k].update({"loss": float(loss[j]), "state": b"x", "setup_s": 0.0})
+            out[k].update({"evals": [[float(steps[j]), float(loss[j])]], "state": b"x"})
+            out[k].update({"passed": bool(self.work[k] >= self.wl.work_true[k]), "setup_s": 0.0})
         return out
 
 

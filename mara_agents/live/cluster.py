@@ -7,6 +7,11 @@ slice of every job that has nodes, on a *pool* of workers
 (:class:`mara_agents.live.pool.RayPool`), and the work and loss a job reports are its real
 optimisation steps and its real held-out loss.
 
+A job evaluates as a real job does (:mod:`mara_agents.live.worker`): every ``eval_every``
+steps, stopping at the first evaluation at or below its target.  Such a slice sets
+``passed`` and the job completes in that tick; ``reported`` is its last evaluation, and
+``evals`` keeps every evaluation of every job (``curves.csv``).
+
 The throughput model (``rate``, ``alpha`` of ``steps per tick = rate * n**alpha``) is not
 given: each job is probed on one node before the run (its loss before training and its
 one-node speed, the prior of its ``rate``), then fitted to the steps of every slice whose
@@ -59,7 +64,7 @@ class Pool(Protocol):
 
     def run(self, slices: list[Slice], seconds: float) -> dict[int, dict[str, Any]]:
         """Per task: ``status`` (``ok``/``lost``/``failed``) and, when ok, rank 0's report
-        (``steps``, ``slice_steps``, ``loss``, ``state``, ``setup_s``, ``train_s``...)."""
+        (``steps``, ``slice_steps``, ``evals``, ``passed``, ``state``, ``setup_s``...)."""
 
 
 class LiveCluster(ClusterState):
@@ -135,6 +140,8 @@ class LiveCluster(ClusterState):
         self._state_path: list[str | None] = [None] * n
         self.failed = {k: p["error"] for k, p in enumerate(probes) if p.get("error")}
         self.slices: list[dict[str, Any]] = []
+        # every evaluation of each job, [step, loss], from its loss before training on
+        self.evals: list[list[list[float]]] = [[[0, p["loss0"]]] for p in probes]
         self._start(workload, np.array([p["loss0"] for p in probes]))
 
     def resume(self, probes: list[dict[str, Any]], ticks: list[dict[str, Any]]) -> None:
@@ -232,8 +239,11 @@ class LiveCluster(ClusterState):
                 self._lost_streak[k] = 0
                 progressed.append(k)
                 self.work[k] = float(v["steps"])
-                self.reported[k] = float(v["loss"])
-                self.passed[k] = self.reported[k] <= self.workload.target[k]
+                evals = v.get("evals", [])
+                self.evals[k] += evals
+                if evals:  # a slice shorter than eval_every steps reports nothing new
+                    self.reported[k] = float(evals[-1][1])
+                self.passed[k] = bool(v.get("passed", False))
                 if not v.get("fresh", True):
                     steady.append(k)
                     gains.append(float(v["slice_steps"]))
@@ -253,16 +263,23 @@ class LiveCluster(ClusterState):
 
     def _note_slices(self, assign: np.ndarray, outcomes: dict[int, dict[str, Any]], t: int) -> None:
         for k, v in sorted(outcomes.items()):
+            mine = assign == k
+            evals = v.get("evals") or []
             self.slices.append(
                 {
                     "tick": t,
                     "job": self.jobs.jobs[k].name,
-                    "nodes": int((assign == k).sum()),
+                    "nodes": int(mine.sum()),
+                    # nodes that did not serve the job in the last tick (node_task is still
+                    # the last tick's here): the simulator's re-assignments
+                    "joined": int((mine & (self.node_task != k)).sum()),
                     "status": v["status"],
                     "fresh": bool(v.get("fresh", False)),
                     "steps": v.get("steps", np.nan),
                     "slice_steps": v.get("slice_steps", np.nan),
-                    "loss": v.get("loss", np.nan),
+                    "evals": len(evals),
+                    "loss": evals[-1][1] if evals else np.nan,
+                    "passed": bool(v.get("passed", False)),
                     "setup_s": v.get("setup_s", np.nan),
                     "train_s": v.get("train_s", np.nan),
                     "eval_s": v.get("eval_s", np.nan),

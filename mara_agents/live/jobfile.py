@@ -14,6 +14,7 @@ job) and ``load:`` (a label for the results tables, default 1.0)::
         deadline: 10            # ticks after its arrival (or deadline_s: seconds)
         cap: 2                  # at most this many nodes at once
         gpus: 1                 # the nodes it asks for (gang schedulers: FIFO, Tiresias)
+        eval_every: 10          # steps between held-out evaluations (default: the trainer's)
 
 Everything is checked before anything starts; an error names the file, the job and the
 key, and what was expected.  Nothing in a job file is unpickled or executed: a trainer is
@@ -44,6 +45,7 @@ JOB_KEYS = (
     "deadline_s",
     "cap",
     "gpus",
+    "eval_every",
 )
 
 
@@ -64,14 +66,17 @@ class LiveJob:
     seed: int = 0
     params: dict[str, Any] = field(default_factory=dict)
     gpus: int = 1  # the reference allocation: what the job asks for
+    eval_every: int = 10  # steps between evaluations; it stops at the first <= target
 
     def spec(self) -> dict[str, Any]:
-        """What a worker needs to build the job's trainer (plain data, no objects)."""
+        """What a worker needs to build, train and stop the job (plain data, no objects)."""
         return {
             "name": self.name,
             "trainer": self.trainer,
             "params": self.params,
             "seed": self.seed,
+            "target": self.target,
+            "eval_every": self.eval_every,
         }
 
 
@@ -176,12 +181,15 @@ def _job(path: Path, i: int, job: Any, tick_seconds: float, num_nodes: int) -> L
         arrival = 0
     if deadline is None:
         raise JobFileError(f"{where}: missing key 'deadline' (ticks) or 'deadline_s' (seconds)")
-    from mara_agents.live.trainers import trainer_config
+    from mara_agents.live.trainers import default_eval_every, trainer_config
 
     try:
         trainer_config(trainer, params)
+        eval_every = job.get("eval_every", default_eval_every(trainer))
     except ValueError as exc:
         raise JobFileError(f"{where}: {exc}") from None
+    if not isinstance(eval_every, int) or isinstance(eval_every, bool) or eval_every < 1:
+        raise JobFileError(f"{where}: eval_every={eval_every!r}: expected an integer >= 1 (steps)")
     return LiveJob(
         name=name,
         trainer=trainer,
@@ -192,6 +200,7 @@ def _job(path: Path, i: int, job: Any, tick_seconds: float, num_nodes: int) -> L
         seed=seed,
         params=dict(params),
         gpus=gpus,
+        eval_every=eval_every,
     )
 
 

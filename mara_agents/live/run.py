@@ -10,12 +10,19 @@ training and evaluation seconds), ``curves.csv`` (each job's real held-out loss 
 its steps, importable with ``mara traces import``), ``throughput.csv`` (each job's fitted
 ``rate`` and ``alpha``), ``gantt.png``, ``tb/`` (TensorBoard scalars per tick) and the
 journal and checkpoints that ``--resume`` continues from.
+
+Everything that can be checked is checked before Ray starts, and a refused run leaves
+nothing behind: the scheduler (a dry run of a few ticks over a pool that trains nothing,
+so a scheduler that needs what a live cluster cannot give, such as true remaining work,
+is refused), ``out``, the job file, and every job's trainer and parameters (each distinct
+one is built once, so the trainer's own limits apply).
 """
 
 from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -29,12 +36,15 @@ from mara_agents.evaluation.registry import (
     is_bound_spec,
     spec_note,
 )
-from mara_agents.live.cluster import LiveCluster
-from mara_agents.live.jobfile import JobFile, load_job_file
+from mara_agents.live import processes
+from mara_agents.live.cluster import LiveCluster, Slice
+from mara_agents.live.jobfile import JobFile, JobFileError, load_job_file
 from mara_agents.live.journal import Journal, JournalError, atomic_write
+from mara_agents.outputs import output_dir_problem
 from mara_env.cluster import DONE, EXPIRED
 
 SETTINGS = ("digest", "scheduler", "nodes", "tick_seconds")  # a resumed run must match these
+DRY_TICKS = 3  # ticks with active jobs that the pre-flight dry run plays
 
 
 def run_live(
@@ -50,6 +60,7 @@ def run_live(
     progress: bool = True,
 ) -> pd.DataFrame:
     """Run the job file live; returns the results table (one row) and writes ``out``."""
+    from mara_agents.evaluation.runner import build
     from mara_agents.live import pool as pool_mod
 
     out = Path(out)
@@ -59,6 +70,9 @@ def run_live(
     check_spec(spec)
     if not (isinstance(tick_seconds, (int, float)) and 0.2 <= tick_seconds <= 3600):
         raise ValueError(f"--tick-seconds {tick_seconds}: expected seconds in [0.2, 3600]")
+    problem = output_dir_problem(out)
+    if problem is not None:
+        raise ValueError(f"--out {out}: {problem}")
     jobs = load_job_file(job_file, tick_seconds, nodes)
     journal = Journal(out)
     settings = {
@@ -78,6 +92,10 @@ def run_live(
                 )
     elif journal.exists():
         journal.start(settings)  # raises: resume it or pick another directory
+    check_trainers(jobs)
+    built = build(spec)  # one agent for the dry run and the run: a policy file is read once
+    dry_run(spec, built, jobs, nodes, tick_seconds)
+    processes.reap()  # what killed drivers left running
 
     import ray
 
@@ -89,6 +107,8 @@ def run_live(
     try:
         pool = pool_mod.RayPool(nodes, resource or pool_mod.NODE_RESOURCE, threads)
         atomic_write(out / "workers.json", json.dumps({"pids": pool.pids}).encode())
+        if started_here and address is None:
+            processes.record()
         bar = _Bar(jobs, progress, out / "tb")
         live = LiveCluster(jobs, pool, nodes, tick_seconds, journal, on_tick=bar.update)
         if resume:
@@ -100,22 +120,95 @@ def run_live(
         note = spec_note(spec, live.config)
         if note:
             print(note, file=sys.stderr)
-        metrics = _drive(spec, live)
+        metrics = _drive(spec, live, built)
         bar.close()
         pool.shutdown()
     finally:
         if started_here and ray.is_initialized():
             ray.shutdown()
+            processes.forget()
     return write_live_outputs(live, scheduler, metrics, out)
 
 
-def _drive(spec: str, live: LiveCluster) -> dict[str, Any]:
+def _drive(spec: str, live: LiveCluster, built: Any = None) -> dict[str, Any]:
     from mara_agents.evaluation.runner import run_spec
 
     try:
-        return run_spec(spec, live.config, None, 0, record=True, backend=live)
+        return run_spec(spec, live.config, None, 0, record=True, built=built, backend=live)
     except NotImplementedError as exc:
         raise SpecError(f"{spec!r} cannot run live: {exc}") from None
+
+
+def check_trainers(jobs: JobFile) -> None:
+    """Build each distinct trainer and parameters of the job file once, so that a
+    parameter outside the trainer's own limits (a batch larger than its data) is refused
+    before Ray starts, in one line naming the job."""
+    from mara_agents.live.trainers import make_trainer
+
+    seen: set[str] = set()
+    for job in jobs.jobs:
+        key = json.dumps([job.trainer, job.params], sort_keys=True, default=repr)
+        if key in seen:
+            continue
+        seen.add(key)
+        try:
+            make_trainer(job.trainer, job.params, job.seed)
+        except Exception as exc:  # a user's trainer may raise anything while it builds
+            why = (str(exc).splitlines() or [""])[0]
+            kind = "" if isinstance(exc, ValueError) else f"{type(exc).__name__}: "
+            raise JobFileError(f"{jobs.path}: job {job.name!r}: {kind}{why}") from None
+
+
+class _DryStop(Exception):
+    """The dry run has played its ticks."""
+
+
+class DryPool:
+    """Slices that train nothing: every job gains 10 steps a node and a falling loss."""
+
+    def __init__(self, families: Iterable[str]) -> None:
+        self.families = list(families)
+        self.steps = [0] * len(self.families)
+
+    def probe(self, specs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [{"loss0": 1.0, "steps_per_s": 10.0, "family": f} for f in self.families]
+
+    def run(self, slices: list[Slice], seconds: float) -> dict[int, dict[str, Any]]:
+        out = {}
+        for s in slices:
+            gain = 10 * len(s.nodes)
+            self.steps[s.task] += gain
+            steps = self.steps[s.task]
+            out[s.task] = {
+                "status": "ok",
+                "steps": steps,
+                "slice_steps": gain,
+                "evals": [[steps, 1.0 / (1.0 + steps / 100)]],
+                "passed": False,
+                "state": None,
+                "setup_s": 0.0,
+            }
+        return out
+
+
+def dry_run(spec: str, built: Any, jobs: JobFile, nodes: int, tick_seconds: float) -> None:
+    """Play ``DRY_TICKS`` ticks with active jobs of ``spec`` on a :class:`DryPool`:
+    raises :class:`SpecError` if the scheduler cannot run on a live cluster."""
+    from mara_agents.live.trainers import trainer_class
+
+    families = [str(getattr(trainer_class(j.trainer), "family", "custom")) for j in jobs.jobs]
+    busy = []
+
+    def stop(live: LiveCluster) -> None:
+        busy.append(bool(len(live.active())) or bool((live.node_task >= 0).any()))
+        if sum(busy) >= DRY_TICKS:
+            raise _DryStop
+
+    dry = LiveCluster(jobs, DryPool(families), nodes, tick_seconds, on_tick=stop)
+    try:
+        _drive(spec, dry, built)
+    except _DryStop:
+        pass
 
 
 def write_live_outputs(
@@ -183,17 +276,14 @@ def job_table(live: LiveCluster) -> pd.DataFrame:
 
 
 def curve_table(live: LiveCluster) -> pd.DataFrame:
-    """Each job's real held-out loss against its steps, in the trace library's columns."""
+    """Each job's evaluations (its real held-out loss every ``eval_every`` steps, and
+    before training), in the trace library's columns."""
     rows = []
     for k, job in enumerate(live.jobs.jobs):
-        work, loss = live.history(k)
-        steps = np.r_[0.0, work]
-        losses = np.r_[live.loss0[k], loss]
-        keep = np.r_[True, np.diff(steps) > 0]  # a lost slice reports no new step
         source = f"live;trainer={job.trainer};seed={job.seed}" + "".join(
             f";{key}={value}" for key, value in sorted(job.params.items())
         )
-        for s, v in zip(steps[keep], losses[keep]):
+        for s, v in live.evals[k]:
             rows.append(
                 {
                     "trace_id": job.name,
@@ -230,7 +320,7 @@ class _Bar:
         summary = live.tick_summary()
         scalars = {f"live/{k}": v for k, v in summary.items() if k != "tick"}
         for s in live.slices:
-            if s["tick"] == summary["tick"] - 1 and s["status"] == "ok":
+            if s["tick"] == summary["tick"] - 1 and s["status"] == "ok" and s["evals"]:
                 scalars[f"loss/{s['job']}"] = s["loss"]
                 scalars[f"steps/{s['job']}"] = s["steps"]
         self._writer.add(summary["tick"], scalars)

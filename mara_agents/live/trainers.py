@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import io
+import math
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -49,7 +50,9 @@ class Trainer(Protocol):
     """One job's training state, stepped by :func:`train_step` on each of ``world`` ranks.
 
     A class satisfying it also has a dataclass ``Config`` of its hyper-parameters and is
-    built as ``cls(config, seed)`` (see :func:`make_trainer`).
+    built as ``cls(config, seed)`` (see :func:`make_trainer`).  It may set a class
+    attribute ``eval_every``: the steps between two evaluations of a job that does not set
+    its own (default :data:`EVAL_EVERY`).
     """
 
     family: str  # 'tabular' | 'vision' | 'lm' | 'rl', as the trace families
@@ -78,6 +81,7 @@ class Trainer(Protocol):
         ...
 
 
+EVAL_EVERY = 10  # steps between evaluations of a trainer that does not say
 METHODS = tuple(m for m, v in vars(Trainer).items() if callable(v) and not m.startswith("_"))
 PROTOCOL = (*Trainer.__annotations__, *METHODS)  # the members a trainer must have
 AllReduce = Callable[[list[torch.Tensor]], None]  # sums the tensors over ranks, in place
@@ -86,10 +90,11 @@ AllReduce = Callable[[list[torch.Tensor]], None]  # sums the tensors over ranks,
 def train_step(
     trainer: Trainer, rank: int = 0, world: int = 1, allreduce: AllReduce | None = None
 ) -> float:
-    """One optimisation step of ``trainer`` on its shard; returns the shard's loss.
+    """One optimisation step of ``trainer`` on its shard; returns the global batch's loss.
 
     With ``allreduce`` (an in-place SUM over the ``world`` ranks) every rank applies the
-    gradient of the whole global batch, the one a single process would compute.
+    gradient of the whole global batch, the one a single process would compute.  A loss
+    that is NaN or infinite raises :class:`DivergedError` on every rank, before the step.
     """
     trainer.optimizer.zero_grad(set_to_none=True)
     loss = trainer.shard_loss(rank, world)
@@ -98,11 +103,24 @@ def train_step(
     for p in params:
         if p.grad is None:  # every rank must reduce the same list of tensors
             p.grad = torch.zeros_like(p)
+    total = loss.detach().reshape(1).clone()  # summed with the gradients: ranks agree on it
     if allreduce is not None:
-        allreduce([p.grad for p in params])
+        allreduce([*(p.grad for p in params), total])
+    finite_loss(float(total), trainer.steps, "training")
     trainer.optimizer.step()
     trainer.after_step()
-    return float(loss.detach())
+    return float(total)
+
+
+class DivergedError(FloatingPointError):
+    """A job's loss is NaN or infinite: it has diverged and cannot reach any target."""
+
+
+def finite_loss(loss: float, steps: int, what: str) -> float:
+    """``loss``, unless it is NaN or infinite (then :class:`DivergedError` names the step)."""
+    if not math.isfinite(loss):
+        raise DivergedError(f"{what} loss is {loss} at step {steps}: the job diverged")
+    return loss
 
 
 def _require(ok: bool, key: str, value: object, expected: str) -> None:
@@ -134,6 +152,7 @@ class TrainerBase:
 
     family: ClassVar[str]
     Config: ClassVar[type[OptimConfig]]
+    eval_every: ClassVar[int] = EVAL_EVERY  # steps between evaluations, unless a job says
 
     def __init__(self, config: OptimConfig, seed: int, build: Callable[[], nn.Module]):
         self.config, self.seed, self.steps = config, seed, 0
@@ -367,6 +386,7 @@ class VisionTrainer(DatasetTrainer):
 
     family = "vision"
     Config = VisionConfig
+    eval_every = 20  # its held-out set takes about as long as 5 training steps
 
     def __init__(self, config: VisionConfig, seed: int):
         x, y = vision.load_images(config.dataset, config.n, config.noise, config.dseed)
@@ -594,6 +614,11 @@ def trainer_class(name: str) -> type:
     if missing:
         raise ValueError(f"trainer {name!r} lacks the Trainer methods {missing}")
     return cls
+
+
+def default_eval_every(name: str) -> int:
+    """Steps between a job's evaluations when its job file does not say: the trainer's."""
+    return int(getattr(trainer_class(name), "eval_every", EVAL_EVERY))
 
 
 def trainer_config(name: str, params: dict) -> object:

@@ -8,6 +8,11 @@ gradient of its shard of the global batch, and the gradients are summed with
 Whenever the set of workers of a job changes (a new *generation*), every worker rebuilds
 the trainer from the job's last checkpoint and joins a new process group: that is the real
 cost of re-assigning nodes, and it is paid inside the slice.
+
+A job evaluates as a real job does: rank 0 evaluates the held-out loss every
+``eval_every`` steps, inside the slice, and the job stops at the first evaluation at or
+below its target.  A loss that is NaN or infinite ends the job with
+:class:`~mara_agents.live.trainers.DivergedError`.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from mara_agents.live.trainers import make_trainer, train_step
+from mara_agents.live.trainers import finite_loss, make_trainer, train_step
 
 
 def _sum_gradients(grads: list[torch.Tensor]) -> None:
@@ -104,7 +109,10 @@ class NodeWorker:
         timeout_s: float,
     ) -> dict[str, Any]:
         """Train ``spec`` for ``seconds`` of wall time (set-up included) as ``rank`` of
-        ``world``; rank 0 then evaluates and checkpoints.  Errors come back as data."""
+        ``world``, rank 0 evaluating every ``spec["eval_every"]`` steps, until the slice
+        ends or an evaluation is at or below ``spec["target"]``; rank 0 then checkpoints.
+        Rank 0's report holds ``evals`` (``[step, loss]`` of each evaluation) and
+        ``passed``.  Errors come back as data."""
         t0 = time.perf_counter()
         key = (spec["name"], generation)
         try:
@@ -135,18 +143,27 @@ class NodeWorker:
             setup_s = time.perf_counter() - t0
             start_steps = trainer.steps
             reduce = _sum_gradients if world > 1 else None
+            every, target = int(spec["eval_every"]), float(spec["target"])
+            evals: list[list[float]] = []
+            eval_s, passed = 0.0, False
             end, step_s, go = t0 + seconds, 0.0, torch.ones(1)
             while True:
                 now = time.perf_counter()
-                go[0] = float(now + step_s < end)
+                go[0] = float(not passed and now + step_s < end)
                 if world > 1:  # rank 0's clock decides for everyone: steps stay in lockstep
                     dist.broadcast(go, src=0)
                 if not go[0]:
                     break
                 train_step(trainer, rank, world, reduce)
+                if rank == 0 and trainer.steps % every == 0:
+                    t1 = time.perf_counter()
+                    loss = finite_loss(float(trainer.evaluate()), trainer.steps, "held-out")
+                    eval_s += time.perf_counter() - t1
+                    evals.append([trainer.steps, loss])
+                    passed = loss <= target  # the job stops here, as a real one would
                 taken = time.perf_counter() - now
                 step_s = taken if step_s == 0.0 else 0.8 * step_s + 0.2 * taken
-            train_s = time.perf_counter() - t0 - setup_s
+            train_s = time.perf_counter() - t0 - setup_s - eval_s
             out: dict[str, Any] = {
                 "rank": rank,
                 "steps": int(trainer.steps),
@@ -156,9 +173,9 @@ class NodeWorker:
             }
             if rank == 0:
                 t1 = time.perf_counter()
-                out["loss"] = float(trainer.evaluate())
+                out["evals"], out["passed"] = evals, passed
                 out["state"] = trainer.state()
-                out["eval_s"] = time.perf_counter() - t1
+                out["eval_s"] = eval_s + time.perf_counter() - t1
             return out
         except Exception as exc:  # the job's own error, or a peer that went away
             self._release()
