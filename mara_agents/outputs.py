@@ -1,18 +1,35 @@
-"""The one check that a directory can take a command's or a run's output files.
+"""Where a run writes: the one rule for output folders, and atomic writes.
 
-A probe file is written rather than asking ``os.access``, which reads permission bits
-that root passes where it still cannot write (``/proc``, for one).
-The CLI (:mod:`mara_agents.commands.checks`) and training
-(:func:`mara_agents.training.records.check_out`) both ask it, each raising its own error
-type with the message.
+:func:`prepare_out` is the rule every command that writes a run follows (evaluate,
+reproduce, train, live, predictor evaluate, calibrate): the folder is new or empty, or
+it is this command's own run and ``--resume`` continues it, or ``--force`` replaces a
+folder a run wrote; a lock keeps a second run out while the first writes; names the run
+will write are checked before the run starts.  :func:`prepare_out_file` is the same rule
+for a command that writes one file (export).  :func:`atomic_write` and
+:func:`atomic_path` leave a whole file or none.
+
+:func:`output_dir_problem` is the probe all of them share: a file is written rather than
+asking ``os.access``, which reads permission bits that root passes where it still cannot
+write (``/proc``, for one).  The CLI (:mod:`mara_agents.commands.checks`) and training
+(:func:`mara_agents.training.records.check_out`) ask it too.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import fnmatch
+import json
 import os
 import shutil
 import tempfile
+import time
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+
+# In every run folder: the lock a run holds while it writes, and the record of which
+# command made the folder (what --resume and --force look at).
+MARKER = ".mara-run"
 
 
 def output_dir_problem(path: str | os.PathLike, label: object = None) -> str | None:
@@ -41,3 +58,256 @@ def output_dir_problem(path: str | os.PathLike, label: object = None) -> str | N
         if made is not None:
             shutil.rmtree(made, ignore_errors=True)
     return None
+
+
+class OutputError(ValueError):
+    """An output folder or file the command may not write; the message is one line naming
+    it and the choices."""
+
+
+class RunDir:
+    """An output folder claimed by one run (from :func:`prepare_out`): its lock is held
+    until :meth:`release` or the end of a ``with`` block.
+
+    Leaving the block by an exception removes what the claim itself added when the run
+    wrote nothing (the folder, if it made it, and the marker), so a failed start leaves
+    the file system as it was.
+    """
+
+    def __init__(self, path: Path, fd: int, made: Path | None, resumed: bool) -> None:
+        self.path = path
+        self.resumed = resumed  # an existing run of this command, continued
+        self._fd: int | None = fd
+        self._made = made
+
+    def __enter__(self) -> RunDir:
+        return self
+
+    def __exit__(self, kind: object, exc: object, tb: object) -> None:
+        if kind is not None and not self.resumed:
+            self._undo()
+        self.release()
+
+    def clear(self, keep: Sequence[str] = ()) -> None:
+        """Remove what the folder holds but ``keep`` (names): a resumed run's files that it
+        writes again from the start."""
+        _remove(self.path, [p.name for p in self.path.iterdir() if p.name not in (MARKER, *keep)])
+
+    def release(self) -> None:
+        """Let other runs in (the marker stays: the folder remains this command's run)."""
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def _undo(self) -> None:
+        if any(p.name != MARKER for p in self.path.iterdir()):
+            return  # the run wrote something: kept for the user to see
+        (self.path / MARKER).unlink(missing_ok=True)
+        if self._made is not None:
+            shutil.rmtree(self._made, ignore_errors=True)
+
+
+def prepare_out(
+    path: str | os.PathLike,
+    *,
+    command: str,
+    force: bool = False,
+    resume: bool = False,
+    resumable: bool = False,
+    files: Sequence[str] = (),
+    dirs: Sequence[str] = (),
+    option: str = "--out",
+) -> RunDir:
+    """Claim folder ``path`` for a run of ``command`` (e.g. ``"evaluate"``) or raise
+    :class:`OutputError` with one line naming it and the choices.
+
+    The rule: a new or empty folder is taken; a non-empty one only with ``resume`` (it
+    must then be a run of ``command``, or one written before runs were marked) or with
+    ``force``, which empties it first (only a folder that holds a run: one marked by a
+    command, or whose entries all match ``files`` and ``dirs``, glob patterns allowed).
+    ``resumable`` says whether ``command`` has ``--resume``, for the message.  A run
+    already writing there (its lock held) stops this one at once.  ``files`` and ``dirs``
+    (names in ``path``, glob patterns allowed) are what the run will write: one of them
+    found as the other kind is refused now, not after the run.  Use the result as a context manager
+    (or keep it and call :meth:`RunDir.release`): the lock is held until then.
+
+    Example::
+
+        with prepare_out(args.out, command="calibrate", force=args.force):
+            ...  # write into args.out
+    """
+    path = Path(path)
+    problem = output_dir_problem(path)
+    if problem is not None:
+        raise OutputError(f"{option} {path}: {problem}")
+    made = _first_missing(path)
+    path.mkdir(parents=True, exist_ok=True)
+    marked = (path / MARKER).exists()
+    fd = _lock(path, option)
+    try:
+        previous = _record(fd).get("command")
+        entries = sorted(p.name for p in path.iterdir() if p.name != MARKER)
+        resumed = False
+        if entries:
+            if resume:
+                if previous and previous != command:
+                    raise OutputError(
+                        f"{option} {path}: holds a run of `mara {previous}`, not of "
+                        f"`mara {command}`: nothing to resume there; choose a new name, or "
+                        "--force to replace it"
+                    )
+                resumed = True
+            elif force:
+                _empty(path, entries, previous, (*files, *dirs), option)
+            else:
+                n = len(entries)
+                kind = (
+                    f"a run of `mara {previous}`"
+                    if previous
+                    else f"{n} entr{'y' if n == 1 else 'ies'}"
+                )
+                resume_it = resumable and previous in (None, command)
+                raise OutputError(
+                    f"{option} {path}: not empty (holds {kind}, e.g. {entries[0]!r}); choose "
+                    f"a new name, {'--resume to continue it, ' if resume_it else ''}or "
+                    "--force to replace it"
+                )
+        _check_kinds(path, files, dirs, option)
+        _write_marker(fd, command)
+    except BaseException:
+        if not marked:  # leave the folder as it was found
+            (path / MARKER).unlink(missing_ok=True)
+        os.close(fd)
+        if made is not None and not any(path.iterdir()):
+            shutil.rmtree(made, ignore_errors=True)
+        raise
+    return RunDir(path, fd, made, resumed)
+
+
+def prepare_out_file(
+    path: str | os.PathLike, *, force: bool = False, option: str = "--out"
+) -> Path:
+    """``path`` as a file a command may write (atomically, with :func:`atomic_path`), or
+    :class:`OutputError`: an existing file is replaced only with ``force``; a folder never."""
+    path = Path(path)
+    if path.is_dir():
+        raise OutputError(f"{option} {path}: is a directory; expected a file path")
+    problem = output_dir_problem(path.parent, path)
+    if problem is not None:
+        raise OutputError(f"{option} {path}: {problem}")
+    if path.exists() and not force:
+        raise OutputError(f"{option} {path}: exists; choose a new name, or --force to replace it")
+    return path
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
+    """A temporary path beside ``path`` (same suffix) that replaces ``path`` when the block
+    ends without an exception: a reader sees the old file or the whole new one."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=path.suffix)
+    os.close(fd)
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; give the usual file mode
+    try:
+        yield Path(tmp)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+def atomic_write(path: str | os.PathLike, data: bytes) -> None:
+    """Write ``data`` to ``path`` so that no reader ever sees a half-written file."""
+    with atomic_path(path) as tmp:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+
+
+def _first_missing(path: Path) -> Path | None:
+    """The outermost folder of ``path`` that does not exist yet (None: it exists)."""
+    if path.exists():
+        return None
+    while not path.parent.exists():
+        path = path.parent
+    return path
+
+
+def _lock(path: Path, option: str) -> int:
+    """The marker's descriptor, locked; OutputError at once if a run holds it."""
+    marker = path / MARKER
+    while True:
+        fd = os.open(marker, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = _record(fd)
+            os.close(fd)
+            who = f" (mara {holder.get('command')}, pid {holder.get('pid')})" if holder else ""
+            raise OutputError(
+                f"{option} {path}: another run{who} is writing there now; wait for it "
+                f"to end, or choose another {option}"
+            ) from None
+        # a run that undid its claim may have removed the marker we opened: lock the new one
+        try:
+            same = os.fstat(fd).st_ino == os.stat(marker).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            return fd
+        os.close(fd)
+
+
+def _record(fd: int) -> dict:
+    """What a marker records of the run that made the folder (empty: nothing)."""
+    os.lseek(fd, 0, os.SEEK_SET)
+    try:
+        record = json.loads(os.read(fd, 1 << 16) or b"null")
+    except ValueError:
+        return {}
+    return record if isinstance(record, dict) else {}
+
+
+def _write_marker(fd: int, command: str) -> None:
+    record = {"command": command, "pid": os.getpid(), "started": time.strftime("%FT%T%z")}
+    os.ftruncate(fd, 0)
+    os.lseek(fd, 0, os.SEEK_SET)
+    os.write(fd, (json.dumps(record) + "\n").encode())
+
+
+def _empty(
+    path: Path, entries: list[str], previous: str | None, patterns: Sequence[str], option: str
+) -> None:
+    """Remove ``entries`` of a run folder for --force; a folder no run wrote is refused."""
+    if previous is None:
+        foreign = [e for e in entries if not any(fnmatch.fnmatch(e, p) for p in patterns)]
+        if foreign:
+            raise OutputError(
+                f"{option} {path}: holds {foreign[0]!r}, which no mara run wrote; --force "
+                "replaces only a run's folder: choose a new name, or move it yourself"
+            )
+    _remove(path, entries)
+
+
+def _remove(path: Path, names: Sequence[str]) -> None:
+    for name in names:
+        entry = path / name
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry)
+        else:
+            entry.unlink()
+
+
+def _check_kinds(path: Path, files: Sequence[str], dirs: Sequence[str], option: str) -> None:
+    """Refuse a name the run will write as a file that is a folder, or the other way."""
+    for patterns, want, found in ((files, "file", "folder"), (dirs, "folder", "file")):
+        for entry in (e for p in patterns for e in sorted(path.glob(p))):
+            if entry.is_dir() == (want == "file"):
+                raise OutputError(
+                    f"{option} {path}: {entry.name} is a {found}; the run writes a {want} of "
+                    "that name: move it, or choose a new name"
+                )

@@ -38,6 +38,9 @@ EVALUATE += ["--workers", "1", "--horizon", "10", "--no-progress"]
         (["--episodes", "-5"], ["--episodes -5", ">= 1"]),
         (["--loads", ""], ["--loads ''", "empty"]),
         (["--loads", ","], ["--loads ','", "empty"]),
+        (["--loads", "1,,2"], ["--loads '1,,2'", "an empty item"]),
+        (["--loads", "1.0,"], ["--loads '1.0,'", "an empty item"]),
+        (["--seeds", ",0"], ["--seeds ',0'", "an empty item"]),
         (["--schedulers", ""], ["--schedulers ''", "empty"]),
         (["--loads", "inf"], ["--loads", "load=inf", "(0, 100]"]),
         (["--loads", "-1"], ["--loads", "load=-1.0", "(0, 100]"]),
@@ -85,7 +88,7 @@ def test_evaluate_pairs_against_the_reference(tmp_path, capsys):
     summary = (out / "summary.md").read_text()
     assert "## Paired difference vs uniform" in summary and "| edf | " in summary
     assert "| uniform | " not in summary.split("## Paired difference vs uniform")[1].split("##")[0]
-    assert main(argv) == 0  # lara (the default) not evaluated: against the first given
+    assert main([*argv, "--force"]) == 0  # lara (the default) not evaluated: the first
     assert "## Paired difference vs edf" in (out / "summary.md").read_text()
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import socket
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
@@ -23,11 +24,16 @@ class UsageError(ValueError):
 
 
 def parse_list(text: str, option: str, cast: Callable[[str], T], expected: str) -> list[T]:
-    """The comma-separated values of ``option`` (empty items dropped): at least one, each
-    castable, none given twice."""
-    items = [x.strip() for x in text.split(",") if x.strip()]
-    if not items:
+    """The comma-separated values of ``option``: at least one, none empty, each castable,
+    none given twice."""
+    items = [x.strip() for x in text.split(",")]
+    if not any(items):
         raise UsageError(f"{option} {text!r}: empty; expected comma-separated {expected}")
+    if not all(items):
+        raise UsageError(
+            f"{option} {text!r}: an empty item (two commas in a row, or one at an end); "
+            f"expected comma-separated {expected} with no empty item"
+        )
     values = []
     for item in items:
         try:
@@ -76,6 +82,33 @@ def check_output_dir(path: str | os.PathLike, option: str = "--out", label: obje
     problem = output_dir_problem(path, label)
     if problem is not None:
         raise UsageError(f"{option} {label}: {problem}")
+
+
+def ray_address(address: str | None, option: str = "--address", timeout: float = 5.0) -> None:
+    """Raise :class:`UsageError` unless a Ray head answers at ``address`` (``HOST:PORT``, or
+    ``ray://HOST:PORT``) within ``timeout`` seconds: Ray itself retries for minutes.
+    ``auto`` (and None) are left to Ray, which says at once when it finds no cluster."""
+    if address is None or address == "auto":
+        return
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    expected = "HOST:PORT of a running Ray head (as `ray start --head` prints it), or 'auto'"
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise UsageError(f"{option} {address}: expected {expected}")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
+    except OSError as exc:
+        why = exc.strerror or str(exc) or type(exc).__name__
+        raise UsageError(f"{option} {address}: no answer ({why}); expected {expected}") from None
+
+
+def add_force_argument(parser: argparse.ArgumentParser, what: str = "OUT") -> None:
+    """``--force``: replace a run's output instead of refusing it (docs/outputs.md)."""
+    parser.add_argument(
+        "--force",
+        action="store_true",
+        help=f"replace what {what} holds from an earlier run (without it, a non-empty {what} "
+        "is refused)",
+    )
 
 
 def output_file(path: str | os.PathLike, option: str = "--out") -> None:

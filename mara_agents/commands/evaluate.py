@@ -22,6 +22,9 @@ from typing import Any
 
 from mara_agents.commands import checks
 
+# what a run writes in --out besides tb/ (the pattern: every plot; --force may replace them)
+FILES = ("results.csv", "summary.md", "*.png")
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
@@ -38,16 +41,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "differences are taken against (default: mara when evaluated, else lara when "
         "evaluated, else the first)",
     )
-    parser.add_argument("--loads", default="1.0,1.5,2.0", help="comma-separated load factors")
+    parser.add_argument(
+        "--loads",
+        default="1.0,1.5,2.0",
+        help="load factors, comma-separated with no empty item (e.g. 1.0,1.5,2.0)",
+    )
     parser.add_argument("--episodes", type=int, default=30, help="episodes per load and seed")
     parser.add_argument(
-        "--seeds", default="0", help="comma-separated base seeds (episodes run for each)"
+        "--seeds",
+        default="0",
+        help="base seeds, comma-separated with no empty item (episodes run for each)",
     )
     checks.add_cluster_arguments(parser)
     parser.add_argument(
         "--workers", type=int, default=None, help="worker processes (default: all CPU cores)"
     )
-    parser.add_argument("--out", required=True, help="output directory")
+    parser.add_argument("--out", required=True, help="output directory: new or empty (or --force)")
+    checks.add_force_argument(parser)
     parser.add_argument(
         "--address",
         default=None,
@@ -77,8 +87,8 @@ def checked_args(args: argparse.Namespace) -> dict[str, Any]:
         from mara_agents.extras import require
 
         require("rllib")
+        checks.ray_address(args.address)
     config, traces = checks.cluster_from_args(args, loads, "--loads")
-    checks.check_output_dir(args.out)
     return dict(
         specs=specs,
         loads=loads,
@@ -98,14 +108,19 @@ def run(args: argparse.Namespace) -> int:
     from mara_agents.evaluation.registry import SpecError
     from mara_agents.evaluation.report import summary_markdown
     from mara_agents.evaluation.runner import evaluate
+    from mara_agents.outputs import prepare_out
     from mara_env.config import ConfigError
     from mara_env.traces import TraceError
 
     try:
         kwargs = checked_args(args)
-        df = evaluate(**kwargs)
+        with prepare_out(args.out, command="evaluate", force=args.force, files=FILES, dirs=("tb",)):
+            df = evaluate(**kwargs)
     except (SpecError, ConfigError, TraceError, ValueError) as exc:
         print(f"mara evaluate: error: {exc}", file=sys.stderr)
+        return 2
+    except ConnectionError as exc:  # Ray found no cluster at --address auto
+        print(f"mara evaluate: error: --address {args.address}: {exc}", file=sys.stderr)
         return 2
     print(summary_markdown(df, kwargs["reference"]))
     print(f"wrote {args.out}/results.csv, summary.md, completion_vs_load.png, tb/")

@@ -24,6 +24,9 @@ from pathlib import Path
 
 from mara_agents.commands import checks
 
+# what a run writes in --out besides tb/ and checkpoints/ (docs/live.md)
+LIVE_FILES = ("*.csv", "summary.md", "gantt.png", "journal.jsonl", "workers.json")
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("jobs", type=Path, metavar="JOBS.yaml", help="the job file (docs/live.md)")
@@ -56,6 +59,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--resume", action="store_true", help="continue the run journalled in --out"
     )
+    checks.add_force_argument(parser)
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
@@ -64,22 +68,32 @@ def run(args: argparse.Namespace) -> int:
     from mara_agents.live.jobfile import JobFileError
     from mara_agents.live.journal import JournalError
     from mara_agents.live.run import run_live
+    from mara_agents.outputs import prepare_out
 
     try:
         nodes = checks.at_least(args.nodes, "--nodes", 1)
         threads = checks.at_least(args.threads, "--threads", 1)
-        df = run_live(
-            args.jobs,
-            args.scheduler,
-            nodes,
-            args.tick_seconds,
+        with prepare_out(
             args.out,
-            address=args.address,
+            command="live",
+            force=args.force,
             resume=args.resume,
-            resource=args.resource,
-            threads=threads,
-            progress=not args.no_progress,
-        )
+            resumable=True,
+            files=LIVE_FILES,
+            dirs=("tb", "checkpoints"),
+        ):
+            df = run_live(
+                args.jobs,
+                args.scheduler,
+                nodes,
+                args.tick_seconds,
+                args.out,
+                address=args.address,
+                resume=args.resume,
+                resource=args.resource,
+                threads=threads,
+                progress=not args.no_progress,
+            )
     except (SpecError, JobFileError, JournalError, ValueError, RuntimeError) as exc:
         print(f"mara live: error: {exc}", file=sys.stderr)
         return 2

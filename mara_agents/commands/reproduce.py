@@ -18,6 +18,7 @@ import sys
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from mara_agents.commands import checks
     from mara_agents.reproduce import (
         DEFAULT_EPISODES,
         DEFAULT_JOBS,
@@ -28,7 +29,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         REPLAY_LOADS,
     )
 
-    parser.add_argument("--out", default="results", help="output directory")
+    parser.add_argument(
+        "--out", default="results", help="output directory: new or empty (or --resume, --force)"
+    )
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the reproduce run in OUT: with --full its finished retraining stages "
+        "are reused; the evaluations run again and replace their files",
+    )
+    checks.add_force_argument(parser)
     parser.add_argument(
         "--episodes",
         type=int,
@@ -36,9 +46,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"test episodes per load and seed (default {DEFAULT_EPISODES})",
     )
     parser.add_argument(
-        "--loads", default=",".join(map(str, DEFAULT_LOADS)), help="comma-separated load factors"
+        "--loads",
+        default=",".join(map(str, DEFAULT_LOADS)),
+        help="load factors, comma-separated with no empty item (e.g. 1.0,1.5,2.0)",
     )
-    parser.add_argument("--seeds", default="0", help="comma-separated base seeds")
+    parser.add_argument(
+        "--seeds", default="0", help="base seeds, comma-separated with no empty item"
+    )
     parser.add_argument(
         "--schedulers",
         default=",".join(DEFAULT_SPECS),
@@ -79,6 +93,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from mara_agents.commands import checks
+    from mara_agents.outputs import OutputError, prepare_out
     from mara_agents.reproduce import reproduce
     from mara_env.config import ClusterConfig, ConfigError
 
@@ -86,7 +101,6 @@ def run(args: argparse.Namespace) -> int:
         specs, loads, seeds = checks.run_lists(args)
         for load in loads:
             ClusterConfig(load=load)  # (0, 100], finite: one message naming the value
-        checks.check_output_dir(args.out)
         jobs = None if args.jobs == "none" else args.jobs
         if jobs is not None:
             checks.at_least(args.jobs_nodes, "--jobs-nodes", 1)
@@ -95,20 +109,32 @@ def run(args: argparse.Namespace) -> int:
                 ClusterConfig(jobs=jobs, num_nodes=args.jobs_nodes)
             except ConfigError as e:
                 raise checks.UsageError(f"--jobs {args.jobs}: {e}") from None
-        summary = reproduce(
-            out=args.out,
-            episodes=args.episodes,
-            loads=loads,
-            seeds=seeds,
-            specs=specs,
-            workers=args.workers,
-            full=args.full,
-            skip_predictor=args.skip_predictor,
-            jobs=jobs,
-            jobs_nodes=args.jobs_nodes,
-            jobs_episodes=args.jobs_episodes,
+        run_dir = prepare_out(
+            args.out,
+            command="reproduce",
+            force=args.force,
+            resume=args.resume,
+            resumable=True,
+            files=("summary.md", "*.png"),
+            dirs=("predictor", "schedulers", "replayed", "retrained"),
         )
-    except (ConfigError, checks.UsageError) as e:
+        with run_dir:
+            if run_dir.resumed:  # the evaluations run again: only the retraining is reused
+                run_dir.clear(keep=("retrained",))
+            summary = reproduce(
+                out=args.out,
+                episodes=args.episodes,
+                loads=loads,
+                seeds=seeds,
+                specs=specs,
+                workers=args.workers,
+                full=args.full,
+                skip_predictor=args.skip_predictor,
+                jobs=jobs,
+                jobs_nodes=args.jobs_nodes,
+                jobs_episodes=args.jobs_episodes,
+            )
+    except (ConfigError, checks.UsageError, OutputError) as e:
         print(f"mara reproduce: {e}", file=sys.stderr)
         return 2
     print("\n" + summary)

@@ -11,6 +11,21 @@ import dataclasses
 import sys
 from pathlib import Path
 
+from mara_agents.commands import checks
+
+# what a run and Tune write in OUT/<name> (a folder of only these, made before runs were
+# marked, may be replaced with --force)
+RUN_FILES = (
+    "experiment.yaml",
+    "tuner.pkl",
+    "trainable.pkl",
+    "experiment_state-*",
+    "basic-variant-state-*",
+    "*.sha256",
+    ".validate_storage_marker",
+)
+RUN_DIRS = ("PPO_*",)
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
@@ -27,7 +42,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="address of a running Ray cluster; omitted: start a local one",
     )
-    parser.add_argument("--out", default="runs", help="directory for results and checkpoints")
+    parser.add_argument(
+        "--out",
+        default="runs",
+        help="directory of runs: this one goes to OUT/<name>, which must be new or empty (or "
+        "--resume, --force)",
+    )
+    checks.add_force_argument(parser, "OUT/<name>")
     parser.add_argument(
         "--num-env-runners",
         type=int,
@@ -52,6 +73,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from mara_agents.outputs import OutputError, prepare_out
     from mara_agents.training.experiment import load_experiment
     from mara_env.config import ConfigError
 
@@ -78,15 +100,27 @@ def run(args: argparse.Namespace) -> int:
         from mara_agents.training.curves import plot_learning_curves, write_learning_curves_csv
         from mara_agents.training.train import train
 
-        grid = train(
-            exp,
-            out=args.out,
+        checks.ray_address(args.address)
+        run_dir = prepare_out(
+            Path(args.out) / exp.name,
+            command="train",
+            force=args.force,
             resume=args.resume,
-            address=args.address,
-            num_env_runners=args.num_env_runners,
-            verbose=args.verbose,
+            resumable=True,
+            files=RUN_FILES,
+            dirs=RUN_DIRS,
+            option="run folder",
         )
-    except ConfigError as e:
+        with run_dir:
+            grid = train(
+                exp,
+                out=args.out,
+                resume=args.resume,
+                address=args.address,
+                num_env_runners=args.num_env_runners,
+                verbose=args.verbose,
+            )
+    except (ConfigError, OutputError, checks.UsageError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     errors = [r.error for r in grid if r.error]
