@@ -279,11 +279,12 @@ class ClusterSim(ClusterState):
 
     Work advances by the task's true ``rate * warm**alpha`` (``warm``: nodes that served
     it in the last tick, or all its nodes without ``reassign_cost``; a fractional
-    ``reassign_cost`` lets a joining node do the rest of its first tick) and the reported
-    loss is the task's trace at that work.  With ``config.throughput == "measured"``
-    schedulers see ``workload.rate`` and ``workload.alpha`` estimated from the work the
-    tasks gained so far, as on a live cluster, while the truth (``truth``) drives the
-    simulation.
+    ``reassign_cost`` lets a joining node do the rest of its first tick), times a
+    log-normal factor of mean 1 with ``throughput_noise`` (drawn from the episode's
+    generator after the workload), and the reported loss is the task's trace at that work.
+    With ``config.throughput == "measured"`` schedulers see ``workload.rate`` and
+    ``workload.alpha`` estimated from the work the tasks gained so far, as on a live
+    cluster, while the truth (``truth``) drives the simulation.
     """
 
     def __init__(self, config: ClusterConfig, traces: TraceSet, record: bool = False) -> None:
@@ -302,6 +303,7 @@ class ClusterSim(ClusterState):
         """Start a new episode with tasks drawn from ``rng`` (or the given workload)."""
         wl = workload if workload is not None else sample_workload(self.config, self.traces, rng)
         self.truth = wl
+        self._rng = rng  # the throughput noise's draws, after the workload's
         self.rep_idx = np.zeros(len(wl), np.int64)  # index (within its trace) of the report
         self.estimate: ThroughputModel | None = None
         seen = wl
@@ -317,6 +319,10 @@ class ClusterSim(ClusterState):
         wl = self.truth
         progressed = np.flatnonzero(warm)
         gain = wl.rate[progressed] * warm[progressed] ** wl.alpha[progressed]
+        cv = self.config.throughput_noise
+        if cv > 0 and len(progressed):
+            sigma = math.sqrt(math.log1p(cv * cv))  # log-normal with mean 1 and this CV
+            gain = gain * np.exp(sigma * self._rng.standard_normal(len(gain)) - sigma**2 / 2)
         self.work[progressed] += gain
         if self.estimate is not None and len(progressed):
             self.estimate.observe(progressed, warm[progressed], gain)

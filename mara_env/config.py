@@ -50,6 +50,11 @@ class ClusterConfig:
     default), nothing (``False``), or that share of it (a number in [0, 1], e.g. a live
     cluster's measured restore time over the tick).
 
+    ``throughput_noise``: the coefficient of variation of a task's work in a tick (0: every
+    tick gains exactly ``rate * n**alpha``; otherwise that times a log-normal factor of
+    mean 1, drawn per task and tick), as a live cluster's steady slices vary.  ``mara
+    calibrate`` fits it, ``reassign_cost`` and ``alpha_range`` from live runs.
+
     ``throughput``: ``"known"`` hands schedulers each task's true ``rate`` and ``alpha``;
     ``"measured"`` hands them estimates fitted to the work tasks gained so far
     (:mod:`mara_env.throughput`), what a live cluster can offer.
@@ -78,6 +83,7 @@ class ClusterConfig:
     jobs_cap_multiple: float = 2.0
     jobs_size_range: tuple[float, float] = (1.0, 120.0)
     throughput: str = "known"
+    throughput_noise: float = 0.0
 
     def __post_init__(self) -> None:
         def bad(name: str, expected: str) -> ConfigError:
@@ -130,6 +136,8 @@ class ClusterConfig:
                 "reassign_cost",
                 "true, false, or the share of a tick in [0, 1] a joining node loses",
             )
+        if not number_in(self.throughput_noise, 0, 10):
+            raise bad("throughput_noise", "a coefficient of variation in [0, 10] (0: none)")
         if self.throughput not in THROUGHPUT_MODES:
             raise bad("throughput", f"one of {list(THROUGHPUT_MODES)}")
         if self.jobs is not None:

@@ -8,7 +8,7 @@ import pytest
 
 from mara_env.cluster import ACTIVE, DONE, EXPIRED, PENDING, ClusterSim, InvalidAssignment
 from mara_env.config import ClusterConfig
-from mara_env.traces import TraceSet
+from mara_env.traces import TraceSet, load_traces
 from mara_env.workload import Workload
 
 # One trace: the loss reported at work w is the loss of the last logged step <= w.
@@ -206,3 +206,21 @@ def test_completion_needs_the_work_and_the_deadline():
     sim.tick(two)
     result = sim.tick(two)
     assert result.expired.tolist() == [0] and sim.metrics()["completed"] == 0
+
+
+def test_throughput_noise_has_mean_one_and_the_given_spread():
+    traces = load_traces(split="val")
+    config = ClusterConfig(split="val", throughput_noise=0.2, reassign_cost=False, horizon=60)
+    sim = ClusterSim(config, traces)
+    sim.reset(np.random.default_rng(0))
+    ratios = []
+    while not sim.done:
+        act = sim.active()[: config.num_nodes]
+        assign = np.full(config.num_nodes, -1)
+        assign[: len(act)] = act  # one node each: a tick gains rate * 1**alpha
+        before = sim.work[act].copy()
+        sim.tick(assign)
+        ratios += list((sim.work[act] - before) / sim.truth.rate[act])
+    ratios = np.array(ratios)
+    assert len(ratios) > 300
+    assert abs(ratios.mean() - 1) < 0.03 and abs(ratios.std() - 0.2) < 0.03
