@@ -7,6 +7,8 @@
 * :mod:`~mara_agents.baselines.fifo`, :mod:`~mara_agents.baselines.tiresias`,
   :mod:`~mara_agents.baselines.elasticflow`: FIFO with gang allocation and backfill,
   Tiresias' 2D-LAS (NSDI 2019), ElasticFlow (ASPLOS 2023);
+* :mod:`~mara_agents.baselines.hedge`: hedge, chance-constrained Moore–Hodgson on the
+  flow predictor's remaining-work distribution (and its exact-work twin);
 * ``flow_share`` (:mod:`flow_predictor.flow_share`) and the textbook rules of
   :mod:`mara_env.schedulers` (EDF, uniform share, random).
 
@@ -20,6 +22,7 @@ from flow_predictor.flow_share import FlowShare
 from mara_agents.baselines.elasticflow import ElasticFlow
 from mara_agents.baselines.fifo import FIFO
 from mara_agents.baselines.greedy import LeastSlack, Optimus
+from mara_agents.baselines.hedge import Hedge
 from mara_agents.baselines.laira import LaiRA
 from mara_agents.baselines.lara import LARA, Oracle
 from mara_agents.baselines.tiresias import Tiresias
@@ -36,4 +39,5 @@ ALL_SCHEDULERS: dict[str, type[Scheduler]] = {
     FIFO.name: FIFO,
     Tiresias.name: Tiresias,
     ElasticFlow.name: ElasticFlow,
+    Hedge.name: Hedge,
 }

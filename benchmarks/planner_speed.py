@@ -1,0 +1,95 @@
+"""CPU milliseconds per tick of the hedge planner (``mara_agents.baselines.hedge``).
+
+How to run:   python benchmarks/planner_speed.py [--nodes 16,64] [--loads 1.0,2.0]
+                  [--episodes 2] [--split val]
+Runs the harness's episodes (base seed 0) of ``hedge`` (flow predictions) and
+``hedge:predictor=oracle`` (exact work) in this process, one after the other, and times
+each tick by this process's CPU clock in two parts: the flow predictions (the
+``PredictionCache`` refresh, cached until a task's reports grow by 10 %) and the planning
+on them (exploration, chances of finishing, admission, this tick's counts).  Prints per
+cluster size and load the mean, median and 99th percentile of the planning cost per tick,
+the mean prediction cost per tick, the active tasks per tick and the completion rate.
+Goal: planning at most 5 ms per tick on 16 nodes.  CPU-clock figures: steadier than wall
+time on a shared machine, still higher while other jobs run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+
+from mara_agents.baselines.hedge import Hedge
+from mara_agents.evaluation.runner import episode_seed
+from mara_env.cluster import ClusterSim
+from mara_env.config import ClusterConfig
+from mara_env.schedulers import edf_order, place
+from mara_env.traces import load_traces
+
+
+def timed_episode(
+    hedge: Hedge, config: ClusterConfig, traces, seed: int
+) -> tuple[list[float], list[float], list[int], float]:
+    """One episode: per tick the CPU seconds of predicting and of planning, the active
+    tasks; and the completion rate."""
+    sim = ClusterSim(config, traces)
+    sim.reset(np.random.default_rng(seed))
+    hedge.reset(sim, np.random.default_rng([seed, 1]))
+    clock = time.process_time
+    predict, plan, active = [], [], []
+    while not sim.done:
+        t0 = clock()
+        order = edf_order(sim)
+        rw = hedge.predictions(sim, order)
+        t1 = clock()
+        counts, _ = hedge.plan(sim, rw)
+        t2 = clock()
+        predict.append(t1 - t0)
+        plan.append(t2 - t1)
+        active.append(len(order))
+        sim.tick(place(sim, counts))
+    return predict, plan, active, sim.metrics()["completion_rate"]
+
+
+def main() -> None:
+    """Parse the arguments and print one line per cluster size, load and predictor."""
+    p = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("--nodes", default="16,64", help="cluster sizes (default 16,64)")
+    p.add_argument("--loads", default="1.0,2.0", help="load factors (default 1.0,2.0)")
+    p.add_argument("--episodes", type=int, default=2, help="episodes per point (default 2)")
+    p.add_argument("--split", default="val", help="trace split (default val)")
+    args = p.parse_args()
+    if args.episodes < 1:
+        p.error("--episodes must be >= 1")
+    traces = load_traces(split=args.split)
+    print(f"{args.episodes} {args.split} episodes per point, CPU ms per tick, one process:")
+    for nodes in (int(v) for v in args.nodes.split(",")):
+        for load in (float(v) for v in args.loads.split(",")):
+            config = ClusterConfig(split=args.split, num_nodes=nodes, load=load)
+            for predictor in ("flow", "oracle"):
+                hedge = Hedge(predictor=predictor)
+                predict, plan, active, rates = [], [], [], []
+                for i in range(args.episodes):
+                    pr, pl, ac, rate = timed_episode(
+                        hedge, config, traces, episode_seed(0, load, i)
+                    )
+                    predict += pr
+                    plan += pl
+                    active += ac
+                    rates.append(rate)
+                ms = 1e3 * np.asarray(plan)
+                print(
+                    f"  {nodes:3d} nodes, load {load:g}, {predictor:6s}: planning mean "
+                    f"{ms.mean():.2f}, median {np.median(ms):.2f}, p99 "
+                    f"{np.percentile(ms, 99):.2f} ms; predictions mean "
+                    f"{1e3 * np.mean(predict):.2f} ms; {np.mean(active):.1f} active tasks; "
+                    f"completion {np.mean(rates):.3f} ({len(ms)} ticks)",
+                    flush=True,
+                )
+
+
+if __name__ == "__main__":
+    main()

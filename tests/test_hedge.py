@@ -1,0 +1,127 @@
+"""The hedge planner: its chances and admission on hand-built tasks, its exact-work twin
+against single-task plans, whole episodes (valid, deterministic) and its spec options."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from mara_agents.baselines import ALL_SCHEDULERS
+from mara_agents.baselines.hedge import Hedge, HedgeParams, finish_chances, hedge_plan
+from mara_agents.evaluation.registry import SpecError, make_scheduler
+from mara_env.cluster import DONE, ClusterSim
+from mara_env.schedulers import run_episode, ticks_needed
+from tests.test_rival_baselines import episode_setup, hand_built  # noqa: F401 (fixture)
+
+
+def test_registered() -> None:
+    assert ALL_SCHEDULERS["hedge"] is Hedge
+    assert make_scheduler("hedge:predictor=oracle").predictor == "oracle"
+    assert make_scheduler("hedge:predictor=exact:confidence=0.3").params.confidence == 0.3
+
+
+def test_chances_count_the_samples_that_finish() -> None:
+    # 4 samples of work 2, 4, 6, inf; 3 ticks left on 1 unit per node-tick, nothing warm:
+    # 1 node does 2 (a cold tick), 2 nodes 4, 3 nodes 6.
+    samples = np.array([[2.0, 4.0, 6.0, np.inf]])
+    one = np.ones(1)
+    chance, cost = finish_chances(samples, 3 * one, np.array([4]), 0 * one, one, one)
+    assert chance[0].tolist() == [0.0, 0.25, 0.5, 0.75, 0.75]
+    # 2 nodes: work 2 done in 2 ticks, the others held for all 3
+    assert cost[0, 2] == pytest.approx(2 * (2 + 3 + 3 + 3) / 4)
+    two, twice = np.ones(2), np.vstack([samples, samples])
+    capped, _ = finish_chances(twice, 3 * two, np.array([4, 2]), 0 * two, two, two)
+    assert capped[1, 3:].tolist() == [0.0, 0.0]  # beyond the cap
+
+
+def test_admission_keeps_what_fits_and_drops_the_dearest() -> None:
+    # Two tasks due in 4 ticks on 2 nodes (cap 2), each needing both nodes: the first for
+    # 3 ticks (work 4), the second for all 4 (work 6): the dearer second is dropped.
+    one = np.ones(2)
+    plan = hedge_plan(np.array([[4.0], [6.0]]), 4 * one, np.array([2, 2]), 0 * one, one, one, 2, 2)
+    assert plan.kept.tolist() == [True, False]
+    assert plan.counts.tolist() == [2, 0]
+    # a reserve for arrivals beyond 1 tick: 2 x (1 + 0.5 x 3) = 5 node-ticks, not 8
+    plan = hedge_plan(
+        np.array([[6.0]]), np.array([4.0]), np.array([2]), np.zeros(1), np.ones(1),
+        np.ones(1), 2, 2, HedgeParams(reserve=0.5, lead=1),
+    )  # fmt: skip
+    assert not plan.kept[0]
+
+
+def test_leftover_nodes_raise_the_chance_of_finishing_most() -> None:
+    # Two samples each; 3 ticks, 4 nodes.  A: work 2 or 8 (1 node: 0.5; 4 nodes: 1.0).
+    # B: work 2 or 4.  At confidence 0.5 each is kept on 1 node; of the 2 left, B's second
+    # node makes it certain (+0.5), then A's chance rises only at its fourth node: the last
+    # node goes round-robin.
+    one = np.ones(2)
+    plan = hedge_plan(
+        np.array([[2.0, 8.0], [2.0, 4.0]]), 3 * one, np.array([4, 2]), 0 * one, one, one, 4, 4
+    )
+    assert plan.target.tolist() == [1, 1]
+    assert plan.counts.tolist() == [2, 2]
+    assert plan.chance[1, 2] == 1.0
+
+
+def single_task_cases(n: int):
+    rng = np.random.default_rng(7)
+    for _ in range(n):
+        yield {
+            "work": float(rng.integers(1, 60)),
+            "deadline": int(rng.integers(1, 25)),
+            "cap": int(rng.choice([1, 2, 4, 8])),
+            "alpha": float(rng.choice([0.6, 0.8, 1.0])),
+            "rate": float(rng.choice([0.5, 1.0, 2.0])),
+        }
+
+
+def test_exact_twin_meets_every_task_a_single_task_plan_meets() -> None:
+    met = 0
+    for task in single_task_cases(150):
+        nodes = np.arange(1, min(task["cap"], 8) + 1)
+        ticks = ticks_needed(task["work"], nodes, 0, task["rate"], task["alpha"])
+        feasible = bool((ticks <= task["deadline"]).any())
+        sim = hand_built([task], num_nodes=8)
+        hedge = Hedge(predictor="oracle")
+        hedge.reset(sim, np.random.default_rng(0))
+        while not sim.done:
+            sim.tick(hedge.assign(sim))
+        assert (sim.status[0] == DONE) == feasible, task
+        met += feasible
+    assert 20 < met < 150  # both kinds of case were drawn
+
+
+@pytest.mark.parametrize("spec", ["hedge:predictor=oracle", "hedge", "hedge:reserve=0.3"])
+def test_whole_episodes_are_valid_and_deterministic(spec, episode_setup) -> None:  # noqa: F811
+    cfg, traces = episode_setup
+    scheduler = make_scheduler(spec)
+    sim = ClusterSim(cfg, traces)
+    sim.reset(np.random.default_rng(3))
+    scheduler.reset(sim, np.random.default_rng([3, 1]))
+    while not sim.done:
+        counts = scheduler.allocate(sim)
+        assert counts.sum() <= cfg.num_nodes
+        assert (counts <= sim.workload.cap).all()
+        assert (counts[sim.status != 1] == 0).all()  # only active tasks get nodes
+        sim.tick(scheduler.assign(sim))
+    m = run_episode(make_scheduler(spec), cfg, traces, seed=3)
+    assert m == sim.metrics()
+    assert 0 < m["completion_rate"] <= 1
+    assert m == run_episode(make_scheduler(spec), cfg, traces, seed=3)
+
+
+@pytest.mark.parametrize(
+    "spec, words",
+    [
+        ("hedge:predictor=psychic", "predictor='psychic'"),
+        ("hedge:confidence=1.5", "confidence=1.5"),
+        ("hedge:reserve=1", "reserve=1"),
+        ("hedge:lead=-1", "lead=-1"),
+        ("hedge:lead=2.5", "expected int"),
+        ("hedge:margin=0.1", "unknown parameter 'margin'"),
+    ],
+)
+def test_bad_options_are_one_line_errors(spec, words) -> None:
+    with pytest.raises(SpecError) as err:
+        make_scheduler(spec)
+    assert words in str(err.value) and "\n" not in str(err.value)
