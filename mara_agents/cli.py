@@ -34,6 +34,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "curves": ("mara_agents.commands.curves", "plot several training runs' learning curves"),
     "live": ("mara_agents.commands.live", "schedule real training jobs on a Ray cluster"),
+    "calibrate": (
+        "mara_agents.commands.calibrate",
+        "fit the simulator's cluster (restore cost, speed-up, noise) to live runs",
+    ),
 }
 
 # command -> the extra it needs beyond the bare install, checked before it runs (``traces

@@ -148,6 +148,24 @@ def add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
         "or a table from `mara jobs import`; an episode is one day of the --split's days "
         "(24 h in --horizon ticks), thinned to the load (docs/jobs.md)",
     )
+    parser.add_argument(
+        "--cluster",
+        default=None,
+        metavar="CLUSTER.yaml",
+        help="simulator settings from `mara calibrate` (reassign_cost, alpha_range, "
+        "throughput_noise) or any other ClusterConfig keys the options above do not set",
+    )
+
+
+# ClusterConfig keys the shared options set: a --cluster file may not set them too
+CLUSTER_FLAGS = {
+    "traces": "--traces",
+    "split": "--split",
+    "num_nodes": "--nodes",
+    "horizon": "--horizon",
+    "jobs": "--jobs",
+    "load": "the load options",
+}
 
 
 def cluster_from_args(args: argparse.Namespace, loads: list[float], option: str) -> tuple:
@@ -160,8 +178,14 @@ def cluster_from_args(args: argparse.Namespace, loads: list[float], option: str)
     from mara_env.replay import replay_summary
     from mara_env.traces import load_traces
 
+    fitted = {}
+    if getattr(args, "cluster", None) is not None:
+        from mara_agents.live.calibrate import read_cluster_file
+
+        fitted = read_cluster_file(args.cluster, CLUSTER_FLAGS)
     try:
         config = ClusterConfig(
+            **fitted,
             traces=args.traces,
             split=args.split,
             num_nodes=args.nodes,
