@@ -101,6 +101,38 @@ def test_rllib_overrides_reach_the_ppo_config(tmp_path: Path) -> None:
     assert config.sample_timeout_s == 600.0  # RLlib's 60 s stalls big batches on 2 cores
 
 
+@pytest.mark.parametrize(
+    ("rllib", "words"),
+    [
+        (
+            {"training": {"train_batch_size_per_learner": 200, "minibatch_size": 100000}},
+            ["rllib.training.minibatch_size=100000", "train_batch_size_per_learner=200"],
+        ),
+        ({"training": {"minibatch_size": 100000}}, ["minibatch_size=100000", "=8000"]),
+        (
+            {"env_runners": {"rollout_fragment_length": 5000, "num_env_runners": 0}},
+            ["e.yaml: rllib:", "rollout_fragment_length=5000"],
+        ),
+    ],
+)
+def test_rllib_settings_are_checked_together_before_ray_starts(
+    tmp_path: Path, rllib: dict, words: list[str]
+) -> None:
+    import ray
+
+    from mara_agents.training.ppo import build_config
+
+    path = tmp_path / "e.yaml"
+    path.write_text(yaml.safe_dump({**MINIMAL, "rllib": rllib}))
+    exp = load_experiment(path)  # each value alone is fine
+    with pytest.raises(ConfigError) as err:
+        build_config(exp)
+    assert "\n" not in str(err.value) and str(err.value).startswith(str(path))
+    for w in words:
+        assert w in str(err.value)
+    assert not ray.is_initialized()
+
+
 def test_an_iteration_without_samples_stops_training_with_a_clear_error() -> None:
     """RLlib only warns when every sample call timed out, then trains on nothing for good."""
     from types import SimpleNamespace
@@ -309,6 +341,15 @@ def test_base_errors_name_the_file_and_key(tmp_path: Path) -> None:
         ({"advantage": {"group_size": 1}}, ["advantage.group_size=1", "integer >= 2"]),
         ({"advantage": {"size": 4}}, ["advantage", "unknown key", "group_size"]),
         ({"advantage": {"estimator": "group"}}, ["estimator='group'", "view 'round'"]),
+        # keys that are not names, alone or among names (YAML reads 1, 2.5, null, true)
+        ({1: 2}, ["unknown key(s) [1]", "allowed keys"]),
+        ({2.5: 1, None: 3}, ["unknown key(s) [2.5, None]"]),
+        ({"env": {"num_nodes": 4, 7: 1}}, ["env: unknown key(s) [7]", "num_nodes"]),
+        ({"model": {True: 1}}, ["model: unknown key(s) [True]"]),
+        ({"stop": {1: 2}}, ["stop: unknown key(s) [1]"]),
+        ({"rllib": {1: {"a": 1}}}, ["rllib: unknown method 1"]),
+        ({"rllib": {"training": {1: 2, "lr": 0.1}}}, ["rllib.training: unknown key(s) [1]"]),
+        ({"wrapper": "wls", "wrapper_options": {3: 1}}, ["wrapper_options (wls)", "[3]"]),
     ],
 )
 def test_every_value_is_checked(change: dict, words: list[str]) -> None:

@@ -179,6 +179,14 @@ def test_a_job_file_turns_seconds_into_ticks(tmp_path):
         ("jobs: [{name: 'a b', trainer: lm, target: 1, cap: 1, deadline: 3}]", "name='a b'"),
         ("jobs: [{name: a, trainer: 'os:system', target: 1, cap: 1, deadline: 3}]", "os:system"),
         ("jobs: {a: 1", "not valid YAML"),
+        # keys that are not names
+        (
+            "defaults: {1: 2}\njobs: [{name: a, trainer: lm, target: 1, cap: 1, deadline: 3}]",
+            "defaults: key 1 is not a name",
+        ),
+        ("jobs: [{name: a, trainer: lm, target: 1, cap: 1, deadline: 3, 7: 1}]", "job 0: key 7"),
+        ("jobs: [{name: a, trainer: lm, target: 1, cap: 1, deadline: 3, null: 1}]", "key None"),
+        ("jobs: [{name: a, trainer: lm, target: 1, cap: 1, deadline: 3}]\n1: 2", r"key\(s\) \[1\]"),
     ],
 )
 def test_a_bad_job_file_is_named_with_what_was_expected(tmp_path, text, message):

@@ -224,6 +224,16 @@ def test_train_refuses_a_changed_experiment_into_an_existing_run(tmp_path, capsy
     assert sorted(p.name for p in run.iterdir()) == ["experiment.yaml", "tuner.pkl"]
 
 
+def test_train_checks_rllib_batch_settings_before_writing_or_starting_ray(tmp_path, capsys):
+    pytest.importorskip("ray")
+    path = tmp_path / "big.yaml"
+    smoke = ROOT / "experiments" / "mara_smoke.yaml"
+    path.write_text(f"base: {smoke}\nrllib:\n  training:\n    minibatch_size: 100000\n")
+    out = tmp_path / "runs"
+    refused(["train", str(path), "--out", str(out)], capsys, "minibatch_size=100000", "200")
+    assert not out.exists()
+
+
 @pytest.mark.parametrize("command", ["evaluate", "train"])
 def test_an_unreachable_address_stops_at_once_with_one_line(tmp_path, capsys, command):
     pytest.importorskip("ray")

@@ -75,6 +75,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from mara_agents.outputs import OutputError, prepare_out
     from mara_agents.training.experiment import load_experiment
+    from mara_agents.training.records import check_out
     from mara_env.config import ConfigError
 
     try:
@@ -102,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
 
         checks.ray_address(args.address)
         run_dir = prepare_out(
-            Path(args.out) / exp.name,
+            check_out(args.out) / exp.name,
             command="train",
             force=args.force,
             resume=args.resume,

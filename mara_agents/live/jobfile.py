@@ -110,6 +110,12 @@ def load_job_file(path: str | Path, tick_seconds: float, num_nodes: int) -> JobF
         raise JobFileError(f"{path}: 'jobs' must be a non-empty list of jobs")
     if not isinstance(defaults, dict):
         raise JobFileError(f"{path}: 'defaults' must be a mapping of job keys")
+    for where, given in [("defaults", defaults), *((f"job {i}", j) for i, j in enumerate(jobs))]:
+        bad = [k for k in given if not isinstance(k, str)] if isinstance(given, dict) else []
+        if bad:
+            raise JobFileError(
+                f"{path}: {where}: key {bad[0]!r} is not a name; expected one of {list(JOB_KEYS)}"
+            )
     load = data.get("load", 1.0)
     if not _number(load) or load <= 0:
         raise JobFileError(f"{path}: load={load!r}: expected a positive number (a table label)")

@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
 
@@ -226,4 +227,28 @@ def build_config(
     for method, kwargs in exp.rllib.items():
         if method not in ("env_runners", "training"):
             getattr(config, method)(**kwargs)
+    _check_together(config, exp.path or "experiment")
     return config
+
+
+def _check_together(config: PPOConfig, where: str) -> None:
+    """The RLlib settings checked against each other (RLlib's own validation), before Ray
+    starts; a conflict raises :class:`ConfigError` in one line naming the keys."""
+    batch, minibatch = config.train_batch_size_per_learner, config.minibatch_size
+    if isinstance(batch, int) and isinstance(minibatch, int) and minibatch > batch:
+        raise ConfigError(
+            f"{where}: rllib.training.minibatch_size={minibatch}: expected at most "
+            f"rllib.training.train_batch_size_per_learner={batch} (minibatches are cut from "
+            "each train batch)"
+        )
+    # RLlib logs a warning about its API stack as it validates: the run says it when it starts
+    quiet = logging.getLogger("ray.rllib.algorithms.algorithm_config")
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)
+    try:
+        config.copy(copy_frozen=False).validate()
+    except ValueError as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ConfigError(f"{where}: rllib: {first}") from None
+    finally:
+        quiet.setLevel(level)

@@ -50,6 +50,7 @@ def train(
         check_unchanged(exp, exp_dir / RECORD)
     if num_env_runners is not None and num_env_runners < 0:
         raise ConfigError(f"num_env_runners={num_env_runners}: expected an integer >= 0")
+    build_config(exp, num_env_runners)  # the RLlib settings together, before any work
     weights = None
     if exp.pretrain.init_weights:
         # absolute: Tune runs the trial in its own directory
