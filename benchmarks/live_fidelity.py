@@ -1,21 +1,32 @@
-"""Simulator fidelity: each scheduler live on real jobs, then the same jobs in the simulator.
+"""Simulator fidelity: schedulers live on real jobs, then the same jobs in the calibrated
+simulator, over several job files.
 
 How to run::
 
-    python benchmarks/live_fidelity.py [--jobs examples/live/small.yaml] [--nodes 4]
-        [--tick-seconds 2] [--schedulers uniform,lara,flow_share,mara] [--out DIR]
+    python benchmarks/live_fidelity.py [--files 5] [--jobs-per-file 6] [--nodes 3]
+        [--tick-seconds 1.5] [--schedulers uniform,lara,flow_share,mara] [--sim-seeds 20]
+        [--out results/live_fidelity] [--reuse]
 
-Each scheduler runs the job file live (``mara live``, a private Ray on this machine).  The
-simulator then replays the same arrivals, targets, deadlines and caps with what the live
-runs measured: each job's real loss curve (every run's reports of it, merged) as its trace, and
-its throughput ``rate * n**alpha`` fitted to the steps of every steady slice (workers
-unchanged) of every run; schedulers see throughput estimated as live
-(``throughput="measured"``).  A re-assignment costs the simulator's default warm-up tick
-(column ``simulated``) or the share of a tick the live runs' restores measured
-(``simulated_calibrated``).  Prints each
-scheduler's completion live and simulated, the two rankings, and what the live runs
-measured that the simulator models coarsely: the set-up seconds of a slice whose workers
-changed, the spread of steady throughput, and the evaluation and checkpoint time.
+1. **Reference curves.** Each built-in trainer is trained once (defaults, seed 0, one
+   process), evaluated every ``eval_every`` steps: its loss at a number of steps, and its
+   one-process speed.
+2. **Job files.** File ``s`` is drawn by a seeded generator (:func:`job_file`): jobs of
+   every trainer, each with a required work ``W`` (steps) and the reference loss at ``W``
+   as its target, arrivals over the first ticks, and a deadline of ``slack * W`` at the
+   reference speed, so the nodes cannot serve every job in time.
+3. **Live.** Every scheduler runs every file (``mara live`` on one private Ray).
+4. **Calibration.** ``mara calibrate`` over all live runs fits ``reassign_cost``,
+   ``alpha_range`` and ``throughput_noise`` (``cluster.yaml``).
+5. **Simulated.** Each file is replayed in the simulator with those settings: each job's
+   evaluations (every run's, merged) as its trace, its throughput fitted to every steady
+   slice of its runs (the calibrated ``alpha`` as the prior), throughput handed to the
+   schedulers as an estimate (``throughput="measured"``), the mean of ``--sim-seeds``
+   draws of the noise.
+
+Prints, per file and scheduler, the completion rate live and simulated and their
+difference (points), the mean absolute difference, Kendall's tau between the live and
+simulated order of the schedulers per file and pooled (the schedulers' means over files),
+how many files have the same winner, and the load average while the live runs ran.
 
 Results to expect: see docs/live.md ("Simulator fidelity").
 """
@@ -24,13 +35,20 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import os
+import shutil
+import time
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import yaml
+from scipy.stats import kendalltau
 
 from mara_agents.evaluation.registry import expand_alias
 from mara_agents.evaluation.runner import run_spec
+from mara_agents.live.calibrate import Calibration, calibrate
 from mara_agents.live.jobfile import JobFile, load_job_file
 from mara_agents.live.run import run_live
 from mara_agents.reproduce import markdown_table
@@ -41,6 +59,11 @@ from mara_env.traces import TraceSet
 from mara_env.workload import Workload
 
 ROOT = Path(__file__).parents[1]
+TRAINERS = ("tabular", "vision", "lm", "rl")
+REFERENCE_STEPS = 200  # of each trainer's reference curve
+WORK_RANGE = (60, 200)  # required steps of a generated job
+SLACK_RANGE = (1.0, 2.2)  # deadline = slack * W at the reference speed
+SPEED_SHARE = 1.0  # of the one-process reference speed one node gets in a slice
 
 
 class ReplaySim(ClusterSim):
@@ -62,15 +85,71 @@ class ReplaySim(ClusterSim):
             self.workload.rate[:], self.workload.alpha[:] = self.estimate.rates()
 
 
+def reference_curves(path: Path) -> pd.DataFrame:
+    """Each trainer's evaluations (defaults, seed 0, one process) and its steps per second;
+    cached in ``path``."""
+    if path.exists():
+        return pd.read_csv(path)
+    import torch
+
+    from mara_agents.live.trainers import default_eval_every, make_trainer, train_step
+
+    torch.set_num_threads(1)
+    rows = []
+    for name in TRAINERS:
+        trainer, every = make_trainer(name, {}, 0), default_eval_every(name)
+        train_s = 0.0
+        rows.append({"trainer": name, "step": 0, "loss": trainer.evaluate()})
+        for step in range(1, REFERENCE_STEPS + 1):
+            t0 = time.perf_counter()
+            train_step(trainer)
+            train_s += time.perf_counter() - t0
+            if step % every == 0:
+                rows.append({"trainer": name, "step": step, "loss": trainer.evaluate()})
+        for r in rows:
+            if r["trainer"] == name:
+                r["steps_per_s"] = REFERENCE_STEPS / train_s
+    table = pd.DataFrame(rows)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    table.to_csv(path, index=False)
+    return table
+
+
+def job_file(seed: int, jobs: int, reference: pd.DataFrame, tick_seconds: float) -> dict:
+    """A job file (as a dict) drawn from ``seed``: ``jobs`` jobs cycling over the trainers."""
+    rng = np.random.default_rng([seed, 38])
+    arrivals = np.sort(rng.integers(0, 5, jobs))
+    out = []
+    for i, trainer in enumerate(np.resize(rng.permutation(TRAINERS), jobs)):
+        ref = reference[reference["trainer"] == trainer]
+        steps, loss = ref["step"].to_numpy(), ref["loss"].to_numpy()
+        work = int(rng.integers(*WORK_RANGE))
+        j = int(np.searchsorted(steps, work, side="right") - 1)
+        target = float(np.minimum.accumulate(loss)[j])  # passed by the reference at <= W
+        per_tick = ref["steps_per_s"].iloc[0] * tick_seconds * SPEED_SHARE
+        slack = rng.uniform(*SLACK_RANGE)
+        out.append(
+            {
+                "name": f"{trainer}-{i}",
+                "trainer": str(trainer),
+                "seed": int(rng.integers(0, 5)),
+                "target": round(target, 4),
+                "arrival": int(arrivals[i]),
+                "deadline": max(2, math.ceil(slack * work / per_tick)),
+            }
+        )
+    return {"defaults": {"cap": 2}, "jobs": out}
+
+
 def measured_world(
-    runs: dict[str, Path], jobs: JobFile, slices: pd.DataFrame
+    runs: dict[str, Path], jobs: JobFile, slices: pd.DataFrame, alpha_prior: float
 ) -> tuple[TraceSet, Workload, np.ndarray]:
-    """Traces, workload and rate priors for the simulator from what the live runs recorded
-    (``slices``: every run's slices.csv)."""
+    """Traces, workload and rate priors for the simulator from what the live runs of one
+    job file recorded (``slices``: every run's slices.csv)."""
     curves = [pd.read_csv(d / "curves.csv") for d in runs.values()]
     frames = []
-    for job in jobs.jobs:  # every run's reports of the job, merged: the loss at a step is
-        # the same whatever the allocation (a job's steps are its single-process steps)
+    for job in jobs.jobs:  # every run's evaluations of the job, merged: the loss at a step
+        # is the same whatever the allocation (a job's steps are its single-process steps)
         mine = pd.concat([c[c["trace_id"] == job.name] for c in curves])
         mine = mine.sort_values("step", kind="stable").drop_duplicates("step")
         frames.append(mine.assign(source=mine["source"].iloc[0]))
@@ -79,13 +158,17 @@ def measured_world(
     table = pd.concat(frames, ignore_index=True).assign(split="test")
     traces = TraceSet.from_frame(table)
     order = {name: i for i, name in enumerate(traces.ids)}
-    steady = slices[(slices["status"] == "ok") & (~slices["fresh"].astype(bool))]
+    ok = slices[(slices["status"] == "ok") & ~slices["passed"].astype(bool)]
+    steady = ok[~ok["fresh"].astype(bool) & (ok["slice_steps"] > 0)]
     index = {j.name: k for k, j in enumerate(jobs.jobs)}
-    with open(next(iter(runs.values())) / "journal.jsonl") as f:
-        start = json.loads(f.readline())
+    first = next(iter(runs.values())) / "journal.jsonl"
+    start = json.loads(first.read_text().splitlines()[0])
     probes, tick = start["probes"], float(start["tick_seconds"])
     prior = np.array([p["steps_per_s"] * tick for p in probes])
-    model = ThroughputModel(np.zeros(len(jobs.jobs), np.int64), alpha_prior=0.8, rate_prior=prior)
+    prior = np.where(np.isfinite(prior) & (prior > 0), prior, 1.0)
+    model = ThroughputModel(
+        np.zeros(len(jobs.jobs), np.int64), alpha_prior=alpha_prior, rate_prior=prior
+    )
     model.observe(
         steady["job"].map(index).to_numpy(),
         steady["nodes"].to_numpy(),
@@ -116,69 +199,129 @@ def measured_world(
     return traces, workload, prior
 
 
+def simulate(
+    specs: list[str], jobs: JobFile, runs: dict[str, Path], cal: Calibration, nodes: int, seeds: int
+) -> dict[str, float]:
+    """Each spec's mean completion rate on the job file's replay in the calibrated simulator."""
+    slices = pd.concat([pd.read_csv(d / "slices.csv") for d in runs.values()])
+    alpha = cal.alpha if cal.alpha is not None else 0.8
+    traces, workload, prior = measured_world(runs, jobs, slices, alpha)
+    config = ClusterConfig(
+        num_nodes=nodes,
+        horizon=1 + int(workload.arrival.max()),
+        throughput="measured",
+        **cal.settings(),
+    )
+    out = {}
+    for spec in specs:
+        rates = []
+        for seed in range(seeds):
+            sim = ReplaySim(config, traces, workload, prior)
+            metrics = run_spec(expand_alias(spec), config, traces, seed, backend=sim)
+            rates.append(metrics["completion_rate"])
+        out[spec] = float(np.mean(rates))
+    return out
+
+
+def _tau(a: pd.Series, b: pd.Series) -> float:
+    if a.nunique() < 2 or b.nunique() < 2:
+        return float("nan")  # one side ranks every scheduler equal: no order to compare
+    return float(kendalltau(a, b).statistic)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--jobs", type=Path, default=ROOT / "examples/live/small.yaml")
-    parser.add_argument("--nodes", type=int, default=4)
-    parser.add_argument("--tick-seconds", type=float, default=2.0)
+    parser.add_argument("--files", type=int, default=5, help="generated job files (seeds 0..)")
+    parser.add_argument("--jobs-per-file", type=int, default=8)
+    parser.add_argument("--nodes", type=int, default=3)
+    parser.add_argument("--tick-seconds", type=float, default=1.5)
     parser.add_argument("--schedulers", default="uniform,lara,flow_share,mara")
+    parser.add_argument("--sim-seeds", type=int, default=20, help="noise draws per replay")
     parser.add_argument("--out", type=Path, default=ROOT / "results/live_fidelity")
     parser.add_argument("--reuse", action="store_true", help="reuse finished live runs in --out")
     args = parser.parse_args()
     specs = args.schedulers.split(",")
-    runs = {}
-    for spec in specs:
-        out = args.out / spec.replace(":", "_").replace("=", "_")
-        if not (args.reuse and (out / "results.csv").exists()):
-            print(f"live: {spec} ...", flush=True)
-            run_live(args.jobs, spec, args.nodes, args.tick_seconds, out, progress=True)
-        runs[spec] = out
-    jobs = load_job_file(args.jobs, args.tick_seconds, args.nodes)
-    slices = pd.concat([pd.read_csv(d / "slices.csv").assign(scheduler=s) for s, d in runs.items()])
-    traces, workload, prior = measured_world(runs, jobs, slices)
-    ok = slices[slices["status"] == "ok"]
-    fresh, steady = ok[ok["fresh"].astype(bool)], ok[~ok["fresh"].astype(bool)]
-    measured_cost = float(np.clip(fresh["setup_s"].median() / args.tick_seconds, 0.0, 1.0))
-    costs = {"simulated": True, "simulated_calibrated": measured_cost}
+    reference = reference_curves(args.out / "reference_curves.csv")
+    files = []
+    for seed in range(args.files):
+        path = args.out / "files" / f"file{seed}.yaml"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        text = yaml.safe_dump(job_file(seed, args.jobs_per_file, reference, args.tick_seconds))
+        path.write_text(f"# benchmarks/live_fidelity.py job file, seed {seed}\n{text}")
+        files.append(path)
+
+    import ray
+
+    from mara_agents.live.pool import start_local_ray
+
+    start_local_ray(args.nodes)  # one private Ray for every live run
+    runs: dict[Path, dict[str, Path]] = {}
+    loads, t0 = [], time.monotonic()
+    try:
+        for path in files:
+            runs[path] = {}
+            for spec in specs:
+                out = args.out / path.stem / spec.replace(":", "_").replace("=", "_")
+                if not (args.reuse and (out / "results.csv").exists()):
+                    if out.exists():
+                        shutil.rmtree(out)
+                    print(f"live: {path.stem} {spec} ...", flush=True)
+                    loads.append(os.getloadavg()[0])
+                    run_live(path, spec, args.nodes, args.tick_seconds, out, progress=False)
+                    loads.append(os.getloadavg()[0])
+                runs[path][spec] = out
+    finally:
+        ray.shutdown()
+    live_minutes = (time.monotonic() - t0) / 60
+    cal = calibrate([d for r in runs.values() for d in r.values()])
+    (args.out / "cluster.yaml").write_text(cal.yaml())
+
     rows = []
-    for spec in specs:
-        live = pd.read_csv(runs[spec] / "results.csv").iloc[0]
-        row = {"scheduler": spec, "live": live["completion_rate"]}
-        for column, cost in costs.items():
-            config = ClusterConfig(
-                num_nodes=args.nodes,
-                horizon=1 + int(workload.arrival.max()),
-                throughput="measured",
-                reassign_cost=cost,
-            )
-            sim = ReplaySim(config, traces, workload, prior)
-            row[column] = run_spec(expand_alias(spec), config, traces, 0, backend=sim)[
-                "completion_rate"
-            ]
-        rows.append(row)
+    for path in files:
+        jobs = load_job_file(path, args.tick_seconds, args.nodes)
+        simulated = simulate(specs, jobs, runs[path], cal, args.nodes, args.sim_seeds)
+        for spec in specs:
+            live = pd.read_csv(runs[path][spec] / "results.csv").iloc[0]["completion_rate"]
+            row = {"file": path.stem, "scheduler": spec, "live": live}
+            rows.append({**row, "simulated": simulated[spec]})
     table = pd.DataFrame(rows)
-    args.out.mkdir(parents=True, exist_ok=True)
+    table["difference"] = 100 * (table["simulated"] - table["live"])  # points
     table.to_csv(args.out / "fidelity.csv", index=False)
-    spread = steady.groupby(["job", "nodes"])["slice_steps"].agg(["mean", "std"])
-    print(f"\n{len(jobs.jobs)} jobs, {args.nodes} nodes, {args.tick_seconds:g} s ticks")
-    print(markdown_table(table.set_index("scheduler")))
-    for column in ("live", *costs):
-        rank = table.sort_values(column, ascending=False, kind="stable")["scheduler"].tolist()
-        print(f"ranking {column + ':':<22} {' > '.join(rank)}")
+
     print(
-        f"set-up of a slice whose workers changed: {fresh['setup_s'].median():.2f} s median "
-        f"({measured_cost:.0%} of a tick): 'simulated' charges a joining node its whole "
-        f"first tick (the default), 'simulated_calibrated' {measured_cost:.0%} of it"
+        f"\n{len(files)} job files x {args.jobs_per_file} jobs, {args.nodes} nodes, "
+        f"{args.tick_seconds:g} s ticks, {len(specs)} schedulers; simulated: mean of "
+        f"{args.sim_seeds} noise draws"
     )
-    cv = (spread["std"] / spread["mean"]).median()
-    print(f"steady throughput, coefficient of variation per job and allocation: {cv:.2f}")
+    print(f"calibrated: {cal.settings()} ({cal.joining} joining slices, {cal.steady} steady)")
+    print(markdown_table(table.set_index(["file", "scheduler"]).round(3)))
+    mad = table["difference"].abs().mean()
+    print(f"mean |simulated - live|: {mad:.1f} points over {len(table)} runs")
+    taus, same = [], 0
+    for name, mine in table.groupby("file", sort=False):
+        tau = _tau(mine["live"], mine["simulated"])
+        live_best = set(mine.loc[mine["live"] == mine["live"].max(), "scheduler"])
+        sim_best = mine.loc[mine["simulated"].idxmax(), "scheduler"]
+        same += sim_best in live_best
+        taus.append(tau)
+        print(
+            f"{name}: Kendall tau {tau:+.2f}; live best {sorted(live_best)}, "
+            f"simulated best {sim_best}"
+        )
+    means = table.groupby("scheduler", sort=False)[["live", "simulated"]].mean()
+    print(markdown_table(means.round(3)))
     print(
-        f"evaluation + checkpoint after a slice: {ok['eval_s'].median():.2f} s median; "
-        f"lost or failed slices: {int((slices['status'] != 'ok').sum())}"
+        f"Kendall tau pooled (schedulers' means over files): "
+        f"{_tau(means['live'], means['simulated']):+.2f}; mean of the per-file taus "
+        f"{np.nanmean(taus):+.2f}; the simulator's winner is a live winner in {same} of "
+        f"{len(files)} files"
     )
-    for column in costs:
-        gap = (table[column] - table["live"]).abs().max()
-        print(f"max |{column} - live| completion: {gap:.3f}")
+    if loads:
+        print(
+            f"load average (1 min) at the live runs' starts and ends: median "
+            f"{np.median(loads):.1f}, range {min(loads):.1f}-{max(loads):.1f} on "
+            f"{os.cpu_count()} cores; live runs took {live_minutes:.1f} min"
+        )
 
 
 if __name__ == "__main__":
