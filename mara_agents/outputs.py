@@ -191,7 +191,7 @@ def prepare_out_file(
     :class:`OutputError`: an existing file is replaced only with ``force``; a folder never."""
     path = Path(path)
     if path.is_dir():
-        raise OutputError(f"{option} {path}: is a directory; expected a file path")
+        raise OutputError(f"{option} {path}: is a directory; expected a file path, not a directory")
     problem = output_dir_problem(path.parent, path)
     if problem is not None:
         raise OutputError(f"{option} {path}: {problem}")

@@ -4,6 +4,7 @@ was expected, exit status 2, before any work starts and with nothing written."""
 from __future__ import annotations
 
 import pickle
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -310,6 +311,33 @@ def test_export_refuses_a_missing_checkpoint_and_an_unwritable_out(tmp_path, cap
     state.write_bytes(b"")
     refused(["export", str(state), "--out", str(out)], capsys, str(state), "needs --experiment")
     assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("path", "kind"),
+    [
+        ("flow_predictor/checkpoints/flow_v3.pt", "is a 'mara-flow-predictor' file"),
+        ("mara_agents/policy/shipped/mara_v10.pt", "is a policy file already"),
+        ("experiments/mara.yaml", "not a torch state dict"),
+    ],
+)
+def test_export_of_a_file_of_another_kind_says_what_it_is(tmp_path, capsys, path, kind):
+    pytest.importorskip("ray")
+    root = Path(__file__).resolve().parents[1]
+    out = tmp_path / "x.pt"
+    argv = ["export", str(root / path), "--experiment", str(root / "experiments" / "mara.yaml")]
+    refused([*argv, "--out", str(out)], capsys, path, kind)
+    assert not out.exists()
+
+
+def test_export_refuses_to_replace_a_policy_file_without_force(tmp_path, capsys):
+    pytest.importorskip("ray")
+    out = tmp_path / "policy.pt"
+    out.write_bytes(b"an earlier export")
+    ckpt = tmp_path / "checkpoint_000001"
+    ckpt.mkdir()
+    refused(["export", str(ckpt), "--out", str(out)], capsys, f"--out {out}: exists", "--force")
+    assert out.read_bytes() == b"an earlier export"
 
 
 class Knobs(Scheduler):

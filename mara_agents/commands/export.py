@@ -27,14 +27,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="experiment the warm-start state dict was trained for (only for a .pt CHECKPOINT)",
     )
-    parser.add_argument("--out", required=True, metavar="POLICY.pt", help="policy file to write")
+    parser.add_argument(
+        "--out", required=True, metavar="POLICY.pt", help="policy file to write (a new name)"
+    )
+    parser.add_argument("--force", action="store_true", help="replace an existing POLICY.pt")
 
 
 def run(args: argparse.Namespace) -> int:
     from mara_agents.commands import checks
+    from mara_agents.outputs import OutputError, prepare_out_file
     from mara_agents.policy.runtime import PolicyFileError, load_policy
     from mara_agents.training.experiment import load_experiment
-    from mara_agents.training.export import export_checkpoint, export_warm_start
+    from mara_agents.training.export import (
+        export_checkpoint,
+        export_warm_start,
+        warm_start_state,
+    )
     from mara_env.config import ConfigError
 
     checkpoint = Path(args.checkpoint)
@@ -49,12 +57,14 @@ def run(args: argparse.Namespace) -> int:
                 f"CHECKPOINT {checkpoint} is a file: exporting a warm-start state dict needs "
                 "--experiment FILE.yaml"
             )
-        checks.output_file(args.out)
+        if checkpoint.is_file():
+            warm_start_state(checkpoint)  # a file of another kind is named before any work
+        prepare_out_file(args.out, force=args.force)
         if checkpoint.is_file():
             path = export_warm_start(checkpoint, load_experiment(args.experiment), args.out)
         else:
             path = export_checkpoint(checkpoint, args.out)
-    except (checks.UsageError, ConfigError, FileNotFoundError, PolicyFileError) as exc:
+    except (checks.UsageError, ConfigError, FileNotFoundError, PolicyFileError, OutputError) as exc:
         print(f"mara export: error: {exc}", file=sys.stderr)
         return 2
     policy = load_policy(path)

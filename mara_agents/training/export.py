@@ -20,6 +20,9 @@ from mara_agents.training.experiment import Experiment
 from mara_agents.training.rl_module import SHARED_MODULE_ID, round_layout
 from mara_env.cluster_env import QUEUE_FEATURES
 
+# The weights a warm start's layout is read from (export_warm_start)
+WARM_START_KEYS = ("node_enc.0.weight", "critic_slot.0.weight")
+
 
 def _module_dir(checkpoint: Path) -> Path:
     """The policy module's directory inside an algorithm (or module) checkpoint: the
@@ -99,9 +102,37 @@ def export_checkpoint(checkpoint: str | Path, out: str | Path) -> Path:
     return save_policy(net, out, _env_of(checkpoint), source=str(checkpoint))
 
 
+def warm_start_state(weights: str | Path) -> dict[str, torch.Tensor]:
+    """The ``MaraNet`` state dict in file ``weights``, or :class:`PolicyFileError` saying
+    what the file is instead (a policy file, a flow checkpoint, not a torch file)."""
+    from mara_agents.policy.policy_file import FORMAT, PolicyFileError
+
+    expected = "expected a warm start such as runs/<name>_pretrain.pt (mara train --pretrain-only)"
+    try:
+        state = torch.load(weights, map_location="cpu", weights_only=True)
+    except Exception as exc:  # torch raises pickle, zip and runtime errors on other files
+        raise PolicyFileError(
+            f"{weights}: not a torch state dict ({type(exc).__name__}); {expected}"
+        ) from None
+    kind = state.get("format") if isinstance(state, dict) else None
+    if kind == FORMAT:
+        raise PolicyFileError(
+            f"{weights}: is a policy file already (format {FORMAT!r}): nothing to export; "
+            "use it as it is (mara evaluate --schedulers mara=FILE)"
+        )
+    if isinstance(kind, str):
+        raise PolicyFileError(f"{weights}: is a {kind!r} file, not a warm start; {expected}")
+    missing = [k for k in WARM_START_KEYS if not isinstance(state, dict) or k not in state]
+    if missing:
+        raise PolicyFileError(
+            f"{weights}: not a MaraNet state dict (no {missing[0]!r}); {expected}"
+        )
+    return state
+
+
 def export_warm_start(weights: str | Path, exp: Experiment, out: str | Path) -> Path:
     """Write a behaviour-cloning warm start (``OUT/<name>_pretrain.pt``) as a policy file."""
-    state = torch.load(weights, map_location="cpu", weights_only=True)
+    state = warm_start_state(weights)
     k = exp.env.num_slots
     node_dim, slot_dim = state["node_enc.0.weight"].shape[1], state["critic_slot.0.weight"].shape[1]
     obs_dim = node_dim + k * slot_dim
