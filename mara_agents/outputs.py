@@ -84,7 +84,13 @@ class RunDir:
         return self
 
     def __exit__(self, kind: object, exc: object, tb: object) -> None:
-        if kind is not None and not self.resumed:
+        if kind is not None:
+            self.abandon()
+        self.release()
+
+    def abandon(self) -> None:
+        """Give up a run that failed: what the claim added goes when the run wrote nothing."""
+        if not self.resumed:
             self._undo()
         self.release()
 

@@ -259,3 +259,14 @@ def test_live_refuses_a_non_empty_out_before_ray_starts(tmp_path, capsys):
     err = refused(argv, capsys, f"--out {out}: not empty", "--force")
     assert "--resume" in err and time.monotonic() - t0 < 10
     assert [p.name for p in out.iterdir()] == ["results.csv"]
+
+
+def test_predictor_evaluate_refuses_a_non_empty_out(tmp_path, capsys):
+    pytest.importorskip("torch")
+    out = tmp_path / "eval"
+    out.mkdir()
+    (out / "predictor_metrics.csv").write_text("last run")
+    argv = ["predictor", "evaluate", "--split", "test", "--out", str(out)]
+    refused(argv, capsys, f"--out {out}: not empty", "--force")
+    assert (out / "predictor_metrics.csv").read_text() == "last run"
+    assert sorted(p.name for p in out.iterdir()) == ["predictor_metrics.csv"]

@@ -22,6 +22,9 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from flow_predictor.train import TrainConfig
 
+# what `predictor evaluate` writes in --out
+EVALUATE_FILES = ("predictor_metrics.csv", "predictor_families.csv", "predictor_error.png")
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Sub-commands ``train``, ``evaluate`` and ``lofo``."""
@@ -41,7 +44,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--split", default=None, help="split of the shipped library to evaluate on (e.g. test)"
     )
     e.add_argument("--checkpoint", default=None, help="flow checkpoint (default: the shipped one)")
-    e.add_argument("--out", required=True, help="directory for the metrics CSV and the plot")
+    e.add_argument(
+        "--out", required=True, help="directory for the metrics CSVs and the plot: new or empty"
+    )
+    e.add_argument(
+        "--force", action="store_true", help="replace what OUT holds from an earlier run"
+    )
     e.add_argument("--samples", type=int, default=64, help="flow samples per prediction")
     e.set_defaults(_run=run_evaluate)
 
@@ -191,8 +199,9 @@ def run_train(args: argparse.Namespace) -> int:
 
 def run_evaluate(args: argparse.Namespace) -> int:
     """Evaluate every method, write the CSV and the plot, print the table."""
-    from mara_agents.commands.checks import UsageError, at_least, check_output_dir
+    from mara_agents.commands.checks import UsageError, at_least
     from mara_agents.extras import require
+    from mara_agents.outputs import OutputError, prepare_out
 
     require("predictor")
     import torch
@@ -207,19 +216,23 @@ def run_evaluate(args: argparse.Namespace) -> int:
     source = args.traces or f"the shipped library's {args.split or 'test'} split"
     try:
         samples = at_least(args.samples, "--samples", 1)
-        check_output_dir(args.out)
         flow = load_predictor(args.checkpoint, n_samples=samples)
         traces = load_traces(args.traces, split=args.split or ("all" if args.traces else "test"))
-    except (CheckpointError, TraceError, UsageError) as exc:
+        run_dir = prepare_out(
+            args.out, command="predictor evaluate", force=args.force, files=EVALUATE_FILES
+        )
+    except (CheckpointError, TraceError, UsageError, OutputError) as exc:
         print(f"mara predictor evaluate: error: {exc}", file=sys.stderr)
         return 1
     out = Path(args.out)
-    try:
-        ev = evaluate_all([flow, WLSPredictor(), OptimusPredictor()], traces)
-    except TraceError as exc:  # nothing to evaluate in these traces
-        print(f"mara predictor evaluate: error: {source}: {exc}", file=sys.stderr)
-        return 1
-    write_evaluation(ev, out)
+    with run_dir:
+        try:
+            ev = evaluate_all([flow, WLSPredictor(), OptimusPredictor()], traces)
+        except TraceError as exc:  # nothing to evaluate in these traces
+            print(f"mara predictor evaluate: error: {source}: {exc}", file=sys.stderr)
+            run_dir.abandon()
+            return 1
+        write_evaluation(ev, out)
     fmt = {"float_format": lambda v: f"{v:.3f}", "index": False}
     print(ev.metrics.to_string(**fmt))
     print("\nper family, all prefix fractions (coverage: of the 25-75 % and 10-90 % intervals)")
