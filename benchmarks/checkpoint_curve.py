@@ -30,7 +30,7 @@ import pandas as pd
 
 from mara_agents.evaluation.runner import evaluate
 from mara_agents.evaluation.stats import mean_ci
-from mara_agents.policy.runtime import load_policy
+from mara_agents.policy.inference import load_policy
 from mara_agents.training.export import export_checkpoint
 from mara_env.config import ClusterConfig
 

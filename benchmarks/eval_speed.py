@@ -13,9 +13,8 @@ How to run:   python benchmarks/eval_speed.py [--episodes 20] [--split val] [--l
    the median of the per-episode ratios.
 2. **The harness**: episodes/s of each spec through ``evaluate`` (worker start-up
    included).
-3. **One round of the policy**: decoded by the numpy actor (as the harness acts), by the
-   torch network's greedy fixed point and by torch node after node, on the rounds of one
-   episode; the actions must agree.
+3. **One round of the policy**: the greedy decoder (as the harness acts) on the rounds of
+   one episode, per round.
 
 Results to expect (2 cores, no GPU): about 0.03 s per episode for the random driver and
 five times that for the policy at N = 16.  Wall-clock figures depend on the machine and
@@ -28,9 +27,6 @@ import argparse
 import dataclasses
 import statistics
 import time
-
-import numpy as np
-import torch
 
 from mara_agents.evaluation.runner import build, episode_seed, evaluate, run_agent_episode
 from mara_env.cluster_env import play_random, raw_env
@@ -49,7 +45,7 @@ def policy_vs_env(config: ClusterConfig, traces: TraceSet, episodes: int) -> flo
     """Part 1: per-episode seconds of the shipped policy and of the random driver; returns
     the median per-episode ratio."""
     agent = build("mara=")
-    config = dataclasses.replace(config, num_slots=agent.num_slots)
+    config = dataclasses.replace(config, num_slots=agent.slots_for(config.num_nodes))
     seeds = [episode_seed(0, config.load, i) for i in range(episodes)]
     run_agent_episode(agent, config, traces, seeds[0])  # warm-up: caches, lazy imports
     random_episode(config, traces, seeds[0])
@@ -87,15 +83,12 @@ def harness(
 
 
 def policy_round(config: ClusterConfig, traces: TraceSet, seed: int = 0) -> None:
-    """Part 3: one round of the shipped policy: the numpy actor (as the harness acts), the
-    torch network's fixed point, and torch node after node."""
-    from mara_agents.policy.actor import RoundActor
-    from mara_agents.policy.rounds import _decode_in_turn, greedy_fixed_point
-    from mara_agents.policy.runtime import single_thread
+    """Part 3: one round of the shipped policy, decoded greedily as the harness acts."""
+    from mara_agents.policy.inference import single_thread
     from mara_env.round_env import RoundEnv
 
     agent = build("mara=")
-    config = dataclasses.replace(config, num_slots=agent.num_slots)
+    config = dataclasses.replace(config, num_slots=agent.slots_for(config.num_nodes))
     env = raw_env(config=config, trace_set=traces)
     env.reset(seed=seed)
     agent.reset(env, seed)
@@ -104,28 +97,14 @@ def policy_round(config: ClusterConfig, traces: TraceSet, seed: int = 0) -> None
     while not env.engine.finished:
         rounds.append(agent._rounds.observe())
         driver.play(agent.act_round(env))
-    net = agent.policy.net
-    actor = RoundActor(net)
-    batches = [{k: torch.from_numpy(np.asarray(v))[None] for k, v in r.items()} for r in rounds]
-    timed = {}
-    with torch.inference_mode(), single_thread():
-        for name, act in (
-            ("numpy actor", lambda i: actor.greedy(rounds[i])),
-            ("torch fixed point", lambda i: greedy_fixed_point(net, batches[i])[0][0].numpy()),
-            (
-                "torch node after node",
-                lambda i: _decode_in_turn(net, batches[i], True)[0][0].numpy(),
-            ),
-        ):
-            start = time.perf_counter()
-            timed[name] = [act(i) for i in range(len(rounds))]
-            us = (time.perf_counter() - start) / len(rounds) * 1e6
-            print(f"  {name}: {us:.0f} us per round of {config.num_nodes} nodes")
-    first = timed["numpy actor"]
-    same = np.mean(
-        [all(np.array_equal(a[i], first[i]) for a in timed.values()) for i in range(len(first))]
+    start = time.perf_counter()
+    with single_thread():
+        for obs in rounds:
+            agent.policy.act_round(obs)
+    us = (time.perf_counter() - start) / len(rounds) * 1e6
+    print(
+        f"  greedy decoder: {us:.0f} us per round of {config.num_nodes} nodes, {len(rounds)} rounds"
     )
-    print(f"  {len(rounds)} rounds; the three give the same actions in {same:.1%} of them")
 
 
 def main() -> None:

@@ -45,9 +45,10 @@ from multiprocessing import Pool
 import numpy as np
 import pandas as pd
 
-from flow_predictor.flow_share import FLOW_SAMPLES, FlowShare, TrueRemaining, flow_share_counts
-from flow_predictor.remaining import PredictionCache, RemainingWork
+from flow_predictor.remaining import FLOW_SAMPLES, PredictionCache, RemainingWork
+from flow_predictor.share_rule import flow_share_counts
 from mara_agents.baselines import LARA
+from mara_agents.baselines.flow_share import FlowShare, TrueRemaining
 from mara_agents.evaluation.registry import make_scheduler
 from mara_agents.evaluation.runner import episode_seed
 from mara_env.cluster import ClusterSim

@@ -19,8 +19,9 @@ import torch
 
 from flow_predictor.wrapper import wrap
 from mara_agents.evaluation.runner import episode_seed
+from mara_agents.policy.inference import load_policy
+from mara_agents.policy.policy_file import SHIPPED_POLICY
 from mara_agents.policy.rounds import decode
-from mara_agents.policy.runtime import SHIPPED_POLICY, load_policy
 from mara_env.cluster_env import raw_env
 from mara_env.config import ClusterConfig
 from mara_env.round_env import RoundEnv

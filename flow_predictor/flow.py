@@ -12,6 +12,7 @@ import torch
 from flow_predictor.features import LOG_RATIOS, crossing_row, decode_target, prefix_conditions
 from flow_predictor.model import FlowConfig, Sampler, VelocityNet
 from flow_predictor.remaining import (
+    FLOW_SAMPLES,
     LOSS_FLOOR,
     MIN_REPORTS,
     FittedPrefixes,
@@ -143,7 +144,7 @@ class FlowPredictor(RemainingWorkPredictor):
         self,
         net: VelocityNet,
         norm: Normalisation,
-        n_samples: int = 64,
+        n_samples: int = FLOW_SAMPLES,
         steps: int = 4,
         method: str = "euler",
         seed: int = 0,

@@ -34,13 +34,15 @@ def leave_one_family_out(
     out: str | Path,
     families: list[str] | None = None,
     eval_split: str = "test",
-    samples: int = 64,
+    samples: int | None = None,
     progress: bool = False,
 ) -> pd.DataFrame:
     """Train without each family in turn and score on it; writes ``<out>/<family>/flow.pt``
-    and ``<out>/lofo.csv``; returns the table (:data:`LOFO_COLUMNS`)."""
+    and ``<out>/lofo.csv``; returns the table (:data:`LOFO_COLUMNS`); ``samples``: flow
+    samples per prediction (None: :data:`~flow_predictor.remaining.FLOW_SAMPLES`)."""
     from flow_predictor.checkpoint import load_predictor
     from flow_predictor.evaluate import evaluate_all
+    from flow_predictor.remaining import FLOW_SAMPLES
     from flow_predictor.train import train
     from flow_predictor.wls import WLSPredictor
     from mara_env.traces import TraceError, load_traces
@@ -60,7 +62,7 @@ def leave_one_family_out(
         )
         train(run, progress=progress)
         held_out = load_traces(cfg.traces, split=eval_split, families=[family])
-        flow = load_predictor(run.out, n_samples=samples)
+        flow = load_predictor(run.out, n_samples=samples or FLOW_SAMPLES)
         table = evaluate_all([flow, WLSPredictor()], held_out).families.set_index("method")
         f, w = table.loc["flow"], table.loc["wls"]
         rows.append(

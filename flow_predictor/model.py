@@ -16,7 +16,6 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from typing import Any
 
-import numba
 import numpy as np
 import torch
 from threadpoolctl import ThreadpoolController
@@ -119,78 +118,23 @@ def single_threaded_blas() -> Iterator[None]:
             lib.set_num_threads(n)
 
 
-# The solver's elementwise steps, compiled.  SiLU's exp is written out (Cephes' expf: a
-# polynomial on the argument reduced by a multiple of ln 2, times that power of two built
-# from its exponent bits) so that LLVM vectorises it and a layer's bias, exp and division
-# take one pass: numpy's float32 exp took ~3 ns an element on a CPU without AVX-512, and
-# with it a layer took three passes and four calls.  It is within 1 ulp of the exact exp
-# (tests/test_flow_predictor.py pins 2 ulp).
-_EXP_HI, _EXP_LO = np.float32(88.0), np.float32(-87.0)  # 2**127 * 1.x fits; 2**-126 is normal
-_LOG2E = np.float32(1.44269504088896341)
-_LN2_HI, _LN2_LO = np.float32(0.693359375), np.float32(-2.12194440e-4)
-_EXP_POLY = tuple(
-    np.float32(c)
-    for c in (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2)
-    + (1.6666665459e-1, 5.0000001201e-1)
-)
-
-
-@numba.njit(cache=True, error_model="numpy")
-def _exp_parts(x: np.ndarray, mant: np.ndarray, bits: np.ndarray) -> None:
-    """``exp(x) = mant * 2**n`` for every ``x`` (clamped to [-87, 88]): ``mant`` in
-    [0.7, 1.5] and the float32 bits of ``2**n`` in the int32 ``bits``."""
-    c0, c1, c2, c3, c4, c5 = _EXP_POLY
-    for j in range(len(x)):
-        v = min(max(x[j], _EXP_LO), _EXP_HI)
-        n = np.floor(v * _LOG2E + np.float32(0.5))
-        r = (v - n * _LN2_HI) - n * _LN2_LO
-        p = ((((c0 * r + c1) * r + c2) * r + c3) * r + c4) * r + c5
-        mant[j] = (p * r) * r + r + np.float32(1.0)
-        bits[j] = (np.int32(n) + np.int32(127)) << np.int32(23)
-
-
-@numba.njit(cache=True, error_model="numpy")
-def exp32(x: np.ndarray) -> np.ndarray:
-    """float32 ``exp`` of a 1-D array as the solver computes it (for tests and checks)."""
-    mant, bits = np.empty(len(x), np.float32), np.empty(len(x), np.int32)
-    _exp_parts(x, mant, bits)
-    return mant * bits.view(np.float32)
-
-
-@numba.njit(cache=True, error_model="numpy")
-def _shift_silu(h: np.ndarray, rows: np.ndarray, per: int, t: np.ndarray) -> None:
-    """``h[i] = silu((h[i] + rows[i // per]) + t)`` in place: a layer's bias (``rows`` of
-    one row, ``per = len(h)``, ``t = 0``) or the first layer's condition and time terms."""
-    width = h.shape[1]
-    neg, mant = np.empty(width, np.float32), np.empty(width, np.float32)
-    bits = np.empty(width, np.int32)
-    scale = bits.view(np.float32)
-    for i in range(h.shape[0]):
-        r, row = rows[i // per], h[i]
-        for j in range(width):
-            v = (row[j] + r[j]) + t[j]
-            row[j] = v
-            neg[j] = -v
-        _exp_parts(neg, mant, bits)
-        for j in range(width):
-            # v < -88: exp(-v) stays at its clamp, e**88, and silu(v) within 1e-30 of 0
-            row[j] = row[j] / (mant[j] * scale[j] + np.float32(1.0))
-
-
-@numba.njit(cache=True)
-def _euler_step(x: np.ndarray, v: np.ndarray, b: np.ndarray, dt: np.float32) -> None:
-    """``x += (v + b) * dt``: one Euler step with the output layer's bias ``b``."""
-    for i in range(x.shape[0]):
-        for j in range(x.shape[1]):
-            x[i, j] += (v[i, j] + b[j]) * dt
+def _silu_(h: np.ndarray, scratch: np.ndarray) -> np.ndarray:
+    """``h / (1 + exp(-h))`` into ``h`` (``scratch``: an array of its shape, overwritten).
+    For very negative ``h`` exp(-h) overflows to inf and ``h / inf`` is the right -0."""
+    np.negative(h, out=scratch)
+    np.exp(scratch, out=scratch)
+    scratch += 1.0
+    h /= scratch
+    return h
 
 
 class Sampler:
     """Fixed-step ODE solver of a trained :class:`VelocityNet`, in numpy (inference only).
 
-    numpy's matrix products (BLAS) and compiled elementwise steps (a layer's bias and SiLU
-    in one pass) keep per-call overhead far below torch's for the small batches of a
-    scheduler tick.  The first layer is split: its condition term is computed once per
+    The layers are read from the torch module (every ``nn.Linear`` of its two
+    ``nn.Sequential`` stacks, in order, with SiLU between), so the network has one
+    definition.  numpy keeps per-call overhead far below torch's for the small batches of
+    a scheduler tick.  The first layer is split: its condition term is computed once per
     task and its time term once per solver step (at construction), not per sample.
     """
 
@@ -209,8 +153,7 @@ class Sampler:
                 if isinstance(m, nn.Linear)
             ]
 
-        # hidden layers' biases as one-row matrices: _shift_silu's rows
-        self.encoder = [(w, b[None]) for w, b in params(net.encoder)]
+        self.encoder = params(net.encoder)
         layers = params(net.velocity)
         w0, self.b0 = layers[0]
         self.w_x = w0[: c.target_dim]
@@ -219,23 +162,25 @@ class Sampler:
         with torch.no_grad():
             temb = time_embedding(torch.as_tensor(times)[:, None], c.time_dim).numpy()
         self.t_terms = temb @ w0[c.target_dim : c.target_dim + c.time_dim]  # (2 steps, hidden)
-        self.hidden = [(w, b[None]) for w, b in layers[1:-1]]
+        self.hidden = layers[1:-1]
         self.w_out, self.b_out = layers[-1]
-        self.no_time = np.zeros(max(c.hidden, c.cond_hidden), np.float32)
 
     def _velocity(
         self, x: np.ndarray, first: np.ndarray, k: int, bufs: list[np.ndarray]
     ) -> np.ndarray:
         """Last hidden layer at ``x`` and solver time ``k`` (``first``: each task's first-layer
-        condition term, one row per task; ``bufs``: two (rows, hidden) arrays, overwritten;
+        condition term, one row per task; ``bufs``: three (rows, hidden) arrays, overwritten;
         the result is one of them)."""
-        h, nxt = bufs
+        h, nxt, scratch = bufs
         np.dot(x, self.w_x, out=h)
-        _shift_silu(h, first, len(x) // len(first), self.t_terms[k])
+        per_task = h.reshape(len(first), -1, h.shape[1])  # a view: rows are task-major
+        per_task += first[:, None]
+        h += self.t_terms[k]
+        _silu_(h, scratch)
         for w, b in self.hidden:
             np.dot(h, w, out=nxt)
-            _shift_silu(nxt, b, len(nxt), self.no_time)
-            h, nxt = nxt, h
+            nxt += b
+            h, nxt = _silu_(nxt, scratch), h
         return h
 
     def __call__(self, cond: np.ndarray, noise: np.ndarray) -> np.ndarray:
@@ -244,20 +189,21 @@ class Sampler:
         The same noise serves every condition, so a task's samples depend only on its
         own condition (not on which other tasks share the batch).
         """
-        with single_threaded_blas():
+        with single_threaded_blas(), np.errstate(over="ignore"):
             return self._integrate(cond, noise)
 
     def _integrate(self, cond: np.ndarray, noise: np.ndarray) -> np.ndarray:
         h = np.asarray(cond, np.float32)
         for w, b in self.encoder:
             h = h @ w
-            _shift_silu(h, b, len(h), self.no_time)
+            h += b
+            _silu_(h, np.empty_like(h))
         b, s = len(h), len(noise)
         # 2-D contiguous rows (task-major): BLAS-friendly, unlike broadcast 3-D views.
         first = h @ self.w_c
         first += self.b0
         x = np.concatenate([np.asarray(noise, np.float32)] * b)
-        bufs = [np.empty((b * s, len(self.b0)), np.float32) for _ in range(2)]
+        bufs = [np.empty((b * s, len(self.b0)), np.float32) for _ in range(3)]
         w_out, b_out = self.w_out, self.b_out
         v = np.empty_like(x)
         dt = np.float32(1.0 / self.steps)
@@ -267,5 +213,7 @@ class Sampler:
                 v += b_out
                 mid = self._velocity(x + 0.5 * dt * v, first, 2 * k + 1, bufs)
                 np.dot(mid, w_out, out=v)
-            _euler_step(x, v, b_out, dt)
+            v += b_out
+            v *= dt
+            x += v
         return x.reshape(b, s, -1)

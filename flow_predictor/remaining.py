@@ -31,11 +31,15 @@ from mara_env.compiled import maybe_njit
 from mara_env.traces import LOSS_FLOOR  # one floor for simulator and predictors
 
 MIN_REPORTS = 3
+# Flow samples per task: the one default of every user of the flow model (the predictor
+# wrapper's features, whose count a policy file records; flow_share, LARA's flow variant;
+# the predictor's evaluation).  64 did no better for flow_share than 32 at twice the cost.
+FLOW_SAMPLES = 32
 MIN_RATIO = 0.01
 
 
 @functools.lru_cache(maxsize=32)
-def _neighbours(qs: tuple[float, ...], s: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def quantile_neighbours(qs: tuple[float, ...], s: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Sorted-sample positions below and above each quantile level, and the fraction
     between them (linear interpolation, numpy's default)."""
     pos = np.asarray(qs, np.float64) * (s - 1)
@@ -53,7 +57,7 @@ class RemainingWork:
     def quantiles(self, qs: Sequence[float]) -> np.ndarray:
         """(n_tasks, len(qs)) quantiles; ``inf`` where the upper neighbour sample is ``inf``."""
         samples = np.asarray(self.samples, np.float64)
-        return _quantiles(samples, *_neighbours(tuple(qs), samples.shape[1]))
+        return sorted_quantiles(samples, *quantile_neighbours(tuple(qs), samples.shape[1]))
 
     def median(self) -> np.ndarray:
         """(n_tasks,) median remaining work."""
@@ -66,7 +70,7 @@ class RemainingWork:
         columns = b.ndim == 2
         if not columns:
             b = np.ascontiguousarray(np.broadcast_to(b, (len(self.samples),))[:, None])
-        p = _shares_within(np.asarray(self.samples, np.float64), b)
+        p = shares_within(np.asarray(self.samples, np.float64), b)
         return p if columns else p[:, 0]
 
 
@@ -74,7 +78,9 @@ class RemainingWork:
 # predictor wrapper's features read them for every visible task each tick, flow_share the
 # quantiles).
 @maybe_njit(cache=True, error_model="numpy")
-def _quantiles(samples: np.ndarray, lo: np.ndarray, hi: np.ndarray, frac: np.ndarray) -> np.ndarray:
+def sorted_quantiles(
+    samples: np.ndarray, lo: np.ndarray, hi: np.ndarray, frac: np.ndarray
+) -> np.ndarray:
     """Per row: sort, then linear interpolation between positions ``lo`` and ``hi`` (``inf``
     where the upper neighbour is; nan sorts last, as numpy's sort puts it, so no step
     makes a nan of numbers)."""
@@ -93,7 +99,7 @@ def _quantiles(samples: np.ndarray, lo: np.ndarray, hi: np.ndarray, frac: np.nda
 
 
 @maybe_njit(cache=True)
-def _shares_within(samples: np.ndarray, budgets: np.ndarray) -> np.ndarray:
+def shares_within(samples: np.ndarray, budgets: np.ndarray) -> np.ndarray:
     """Per row and budget column: the share of samples ``<= budget`` (nan if any is nan)."""
     n, s = samples.shape
     out = np.empty((n, budgets.shape[1]))

@@ -1,8 +1,4 @@
-"""flow_share: uniform share, but no task gets more nodes than it confidently needs.
-
-The rule, its parameters and the scheduler live here; the predictor wrapper's
-``pred_nodes_needed`` and ``pred_share`` features are this rule's want and count
-(:func:`flow_share_counts` serves both), and the MARA policy is cloned from it.
+"""The flow_share rule: uniform share, but no task gets more nodes than it confidently needs.
 
 Every tick each active task *wants* :func:`confident_nodes`: the fewest nodes that finish
 it ``slack`` ticks before its deadline if its remaining work is the ``quantile`` of the
@@ -10,33 +6,31 @@ predicted distribution (its cap when no count within the cap does, or while its 
 too short to predict).  Tasks in deadline order share the nodes round-robin up to their
 wants, then up to their caps.  While the tasks want every node between them, a task whose
 ``drop`` quantile of remaining work cannot finish on its cap by its deadline is served
-last.  Numpy only: the flow model (torch) is loaded only by ``FlowShare(predictor="flow")``.
+last.
+
+Two users, each with its own parameters: the ``flow_share`` scheduler
+(:mod:`mara_agents.baselines.flow_share`) and the predictor wrapper's
+``pred_nodes_needed`` and ``pred_share`` features (:mod:`flow_predictor.wrapper`, whose
+settings a policy file records).  Numpy only (compiled with numba where installed).
 """
 
 from __future__ import annotations
 
-import importlib.util
 import itertools
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-from flow_predictor.remaining import MIN_REPORTS, PredictionCache, RemainingWork
-from mara_env.cluster import ClusterSim
+from flow_predictor.remaining import RemainingWork
 from mara_env.compiled import maybe_njit
-from mara_env.schedulers import Scheduler, edf_order, round_robin, ticks_formula, warm_nodes
-
-if TYPE_CHECKING:
-    from flow_predictor.flow import FlowPredictor
-
-PREDICTORS = ("flow", "wls", "oracle")
+from mara_env.schedulers import round_robin, ticks_formula, warm_nodes
 
 
 @dataclass(frozen=True)
 class FlowShareParams:
-    """The rule's parameters, with the defaults the shipped wrapper and policy use."""
+    """The rule's parameters (the defaults: those the shipped flow_share and policy use)."""
 
     quantile: float = 0.9  # want: this quantile of remaining work must fit ...
     slack: int = 2  # ... this many ticks before the deadline
@@ -72,11 +66,6 @@ class FlowShareParams:
 
 
 DEFAULTS = FlowShareParams()
-# Flow samples per task wherever decisions are made from the flow model's predictions: the
-# predictor wrapper's features (so the policy's) and flow_share must draw the same samples
-# for pred_share to be flow_share's count.  64 did no better for flow_share than 32 at twice
-# the cost (docs/training.md, the room study).
-FLOW_SAMPLES = 32
 
 
 def nodes_needed(
@@ -192,7 +181,7 @@ def nodes_to_finish(sim: Any, tasks: np.ndarray, work: np.ndarray, slack: int) -
 
 
 @maybe_njit(cache=True, error_model="numpy")
-def _counts(
+def want_and_count(
     upper: np.ndarray,
     low: np.ndarray,
     fallback: np.ndarray,
@@ -243,7 +232,7 @@ def _counts(
 
 
 # the dtypes of rule_columns' columns (ticks left, cap, warm nodes, rate, alpha) and of
-# _counts' array arguments, in their order (slack and triage are scalars)
+# want_and_count' array arguments, in their order (slack and triage are scalars)
 RULE_COLUMN_DTYPES = (np.float64, np.int64, np.float64, np.float64, np.float64)
 _RULE_DTYPES = (np.float64, np.float64, np.bool_, *RULE_COLUMN_DTYPES)
 
@@ -264,7 +253,7 @@ def rule_counts(
     low: np.ndarray | None,
     columns: tuple[np.ndarray, ...] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`_counts` of the tasks of every ``(sim, tasks)`` of ``items``, whose predictions
+    """:func:`want_and_count` of the tasks of every ``(sim, tasks)`` of ``items``, whose predictions
     are the rows of ``rw`` (``upper`` and ``low``: its quantiles, ``low`` None: no triage;
     ``columns``: :func:`rule_columns` of ``items`` if already gathered)."""
     if not len(upper):
@@ -273,7 +262,7 @@ def rule_counts(
     arrays = (upper, upper if low is None else low, rw.fallback, *columns)
     typed = [np.asarray(x, t) for x, t in zip(arrays, _RULE_DTYPES)]
     with np.errstate(invalid="ignore", divide="ignore"):  # what ticks_needed ignores
-        return _counts(*typed, float(slack), low is not None, *segments(items))
+        return want_and_count(*typed, float(slack), low is not None, *segments(items))
 
 
 def confident_nodes(
@@ -337,103 +326,3 @@ def flow_share_counts_many(
     if missing:  # one sort of the samples for every level still needed
         qs.update(zip(missing, rw.quantiles(missing).T))
     return rule_counts(items, rw, qs[quantile], slack, qs[drop] if drop else None, columns)
-
-
-class TrueRemaining:
-    """Same interface as :class:`flow_predictor.remaining.PredictionCache`, answering with
-    each task's true remaining work (one sample) once it has ``MIN_REPORTS`` reports;
-    before that the task is a fallback (unknown), exactly as for the flow model."""
-
-    def clear(self) -> None:
-        """Nothing to forget (stateless)."""
-
-    def get(self, sim: ClusterSim, tasks: np.ndarray) -> RemainingWork:
-        """Remaining work of ``tasks`` from their current work on."""
-        tasks = np.asarray(tasks, np.int64)
-        fallback = np.array([len(sim.hist_work[k]) < MIN_REPORTS for k in tasks], bool)
-        true = np.where(fallback, np.nan, sim.remaining_true(tasks))
-        return RemainingWork(true[:, None], fallback)
-
-
-class FlowShare(Scheduler):
-    """The flow_share rule (this module's docstring) as a scheduler.
-
-    ``quantile``, ``slack``, ``drop`` (0: no triage) and ``refresh``: see
-    :class:`FlowShareParams` (None: its default, which the predictor wrapper's features
-    use, so they are exactly this scheduler's want and count).
-    ``predictor``: ``"flow"`` (the shipped checkpoint, :data:`FLOW_SAMPLES` samples, as in
-    the predictor wrapper), ``"wls"``, or ``"oracle"``: each task's true remaining work once
-    it has as many reports as the flow model needs (a reference for how much better
-    predictions could gain: same exploration, same rule).  ``checkpoint``: with
-    ``predictor="flow"``, a flow checkpoint of your own instead of the shipped one
-    (``flow_share:checkpoint=runs/predictor/flow.pt``).
-    """
-
-    name = "flow_share"
-
-    def __init__(
-        self,
-        quantile: float | None = None,
-        slack: int | None = None,
-        predictor: str = "flow",
-        refresh: float | None = None,
-        drop: float | None = None,
-        checkpoint: str | None = None,
-    ) -> None:
-        given = {"quantile": quantile, "slack": slack, "refresh": refresh, "drop": drop}
-        self.params = FlowShareParams(**{k: v for k, v in given.items() if v is not None})
-        self._flow: FlowPredictor | None = None  # a flow model of the user's own checkpoint
-        if predictor not in PREDICTORS:
-            raise ValueError(
-                f"flow_share: predictor={predictor!r}; expected 'flow', 'wls' or 'oracle'"
-            )
-        # Checked here, in the parent process, not in a worker after other work; the CLI
-        # turns this error into the line naming the extra to install.
-        for module in ("torch", "threadpoolctl", "numba") if predictor == "flow" else ():
-            if importlib.util.find_spec(module) is None:
-                msg = f"flow_share: predictor='flow' needs {module}"
-                raise ModuleNotFoundError(msg, name=module)
-        if checkpoint is not None:
-            if predictor != "flow":
-                raise ValueError(
-                    f"flow_share: checkpoint={checkpoint!r} with predictor={predictor!r}; "
-                    "expected predictor 'flow' (a checkpoint is a flow model)"
-                )
-            from flow_predictor.checkpoint import load_predictor
-
-            # loaded once, here: a missing or foreign file fails at construction, by name
-            self._flow = load_predictor(checkpoint, n_samples=FLOW_SAMPLES)
-        self.predictor = predictor
-        self._predictions: PredictionCache | TrueRemaining | None = None
-
-    def _make_predictions(self) -> PredictionCache | TrueRemaining:
-        if self.predictor == "oracle":
-            return TrueRemaining()
-        if self.predictor == "flow":
-            from flow_predictor.checkpoint import load_predictor
-
-            flow = self._flow or load_predictor(n_samples=FLOW_SAMPLES)
-            return PredictionCache(flow, self.params.refresh)
-        from flow_predictor.wls import WLSPredictor
-
-        return PredictionCache(WLSPredictor(), self.params.refresh)
-
-    def reset(self, sim: ClusterSim, rng: np.random.Generator) -> None:
-        super().reset(sim, rng)
-        if self._predictions is None:
-            self._predictions = self._make_predictions()
-        self._predictions.clear()
-
-    def allocate(self, sim: ClusterSim) -> np.ndarray:
-        order = edf_order(sim)
-        counts = np.zeros(len(sim.status), np.int64)
-        if len(order):
-            counts[order] = self.counts(sim, order, self._predictions.get(sim, order))
-        return counts
-
-    def counts(self, sim: ClusterSim, order: np.ndarray, rw: RemainingWork) -> np.ndarray:
-        """Nodes for each task of ``order`` (active tasks, deadline order), whose
-        predictions are ``rw``: :func:`flow_share_counts` with this scheduler's parameters
-        (the one place a variant of the rule changes)."""
-        p = self.params
-        return flow_share_counts(sim, order, rw, p.quantile, p.slack, p.drop or None)[1]

@@ -16,8 +16,10 @@ Tasks with fewer than three reports get the predictor's documented fallback and
 ``pred_fallback = 1``; tasks with no usable report (unknown remaining work) get 0 in
 every predictor feature and ``pred_fallback = 1``.
 
-``pred_nodes_needed`` and ``pred_share`` are :class:`~flow_predictor.flow_share.FlowShare`'s
-want and count (default parameters), computed over the visible slots: they equal that
+``pred_nodes_needed`` and ``pred_share`` are the flow_share rule's want and count
+(:mod:`flow_predictor.share_rule`), computed over the visible slots with the wrapper's own
+:class:`FeatureSettings` (the rule's parameters and the flow sample count, which a policy
+file records).  With the rule's default parameters they equal the ``flow_share``
 scheduler's exactly when no task that would get a node is hidden, which
 ``num_slots >= num_nodes`` guarantees.
 
@@ -28,6 +30,7 @@ Several envs stepped together (an RLlib env runner's) compute their features tog
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import gymnasium
@@ -37,22 +40,22 @@ from gymnasium import spaces
 from pettingzoo import AECEnv
 from pettingzoo.utils import BaseWrapper
 
-from flow_predictor.flow_share import (
-    DEFAULTS,
+from flow_predictor.remaining import (
     FLOW_SAMPLES,
+    PredictionCache,
+    RemainingWorkPredictor,
+    quantile_neighbours,
+    refresh_together,
+    shares_within,
+    sorted_quantiles,
+)
+from flow_predictor.share_rule import (
     RULE_COLUMN_DTYPES,
-    _counts,
+    FlowShareParams,
     joined,
     rule_columns,
     segments,
-)
-from flow_predictor.remaining import (
-    PredictionCache,
-    RemainingWorkPredictor,
-    _neighbours,
-    _quantiles,
-    _shares_within,
-    refresh_together,
+    want_and_count,
 )
 from flow_predictor.wls import WLSPredictor
 from mara_env.cluster_env import NODE_FEATURES, OBS_LIMIT, SLOT_FEATURES
@@ -90,27 +93,44 @@ _Q10, _Q50, _Q90, _P_NOW, _P_CAP, _FALLBACK, _NEEDED, _SHARE = (
 LOG_TICKS_SCALE = 2.0
 
 
+@dataclass(frozen=True)
+class FeatureSettings:
+    """How the features are computed: the share rule's parameters behind
+    ``pred_nodes_needed`` / ``pred_share`` and when a task is predicted again (``rule``),
+    and the flow samples per task (``samples``, flow wrapper only).  A policy file
+    records them (header keys ``flow_share`` and ``flow_samples``) and acts with them."""
+
+    rule: FlowShareParams = field(default_factory=FlowShareParams)
+    samples: int = FLOW_SAMPLES
+
+    def levels(self) -> tuple[float, ...]:
+        """The quantile levels read from one sort: the features', the rule's want, its
+        triage."""
+        return (*QUANTILES, self.rule.quantile, self.rule.drop)
+
+
 class PredictorFeatures(BaseWrapper):
     """Appends :data:`PREDICTOR_FEATURES` to every slot row of ``observation`` and ``state``.
 
     ``predictor``: any :class:`RemainingWorkPredictor` (default: the shipped flow model
-    with :data:`~flow_predictor.flow_share.FLOW_SAMPLES` samples); pass ``WLSPredictor()``
-    for the no-flow ablation — same layout.
+    with ``settings.samples`` samples); pass ``WLSPredictor()`` for the no-flow ablation —
+    same layout.  ``settings``: :class:`FeatureSettings` (default: the defaults).
     """
 
     def __init__(
         self,
         env: AECEnv,
         predictor: RemainingWorkPredictor | None = None,
-        refresh: float = DEFAULTS.refresh,
+        settings: FeatureSettings | None = None,
     ) -> None:
         super().__init__(env)
+        self.settings = settings = settings or FeatureSettings()
         if predictor is None:
             from flow_predictor.checkpoint import load_predictor
 
-            predictor = load_predictor(n_samples=FLOW_SAMPLES)
+            predictor = load_predictor(n_samples=settings.samples)
         self.predictor = predictor
-        self._predictions = PredictionCache(predictor, refresh)
+        self._predictions = PredictionCache(predictor, settings.rule.refresh)
         engine = self._engine = env.unwrapped.engine  # persists across resets
         base = engine.observation_space
         self.num_slots = engine.config.num_slots
@@ -206,7 +226,16 @@ class PredictorFeatures(BaseWrapper):
 
 def _fill_features(wrappers: Sequence[PredictorFeatures]) -> None:
     """This tick's predictor features of every wrapper's slots, computed together: one
-    compiled pass (:func:`_feature_rows`) over all their tasks."""
+    compiled pass (:func:`_feature_rows`) over the tasks of the wrappers of each setting."""
+    by_settings: dict[FeatureSettings, list[PredictorFeatures]] = {}
+    for w in wrappers:
+        by_settings.setdefault(w.settings, []).append(w)
+    for settings, group in by_settings.items():
+        _fill_group(group, settings)
+
+
+def _fill_group(wrappers: Sequence[PredictorFeatures], settings: FeatureSettings) -> None:
+    """:func:`_fill_features` of wrappers that share their settings."""
     requests, parts = [], []
     for w in wrappers:
         w._extra.fill(0.0)
@@ -228,20 +257,18 @@ def _fill_features(wrappers: Sequence[PredictorFeatures]) -> None:
     columns = parts[0] if len(parts) == 1 else [joined(list(c)) for c in zip(*parts)]
     typed = [np.asarray(x, t) for x, t in zip(columns, _COLUMN_DTYPES)]
     rows = np.empty((len(typed[0]), len(PREDICTOR_FEATURES)), np.float32)
-    levels = _neighbours(_LEVELS, typed[0].shape[1])
+    levels = quantile_neighbours(settings.levels(), typed[0].shape[1])
     starts, nodes = segments([(sim, tasks) for _, sim, tasks in requests])
-    _feature_rows(*typed, *levels, starts, nodes, rows)
+    rule = settings.rule
+    _feature_rows(*typed, *levels, starts, nodes, float(rule.slack), rule.drop > 0, rows)
     start = 0
     for w, _, tasks in requests:
         w._extra[: len(tasks)] = rows[start : start + len(tasks)]
         start += len(tasks)
 
 
-# The quantile levels read from one sort: the features', then flow_share's triage level
-# (its want's is among the features'); flow_share's rule with its default parameters.
-_LEVELS = (*QUANTILES, DEFAULTS.drop)
-_UPPER, _LOW = _LEVELS.index(DEFAULTS.quantile), _LEVELS.index(DEFAULTS.drop)
-_SLACK, _TRIAGE = float(DEFAULTS.slack), DEFAULTS.drop > 0
+# the columns of FeatureSettings.levels() holding the rule's want and triage quantiles
+_UPPER, _LOW = len(QUANTILES), len(QUANTILES) + 1
 # the dtypes of _feature_rows' columns: samples, fallback, flow_share's rule_columns (ticks
 # left, cap, nodes now, rate, alpha), reference nodes
 _COLUMN_DTYPES = (np.float64, np.bool_, *RULE_COLUMN_DTYPES, np.float64)
@@ -262,26 +289,29 @@ def _feature_rows(
     frac: np.ndarray,
     starts: np.ndarray,
     num_nodes: np.ndarray,
+    slack: float,
+    triage: bool,
     out: np.ndarray,
 ) -> None:
     """The predictor features of tasks (rows; each simulation's ``starts[s]:starts[s+1]``,
     in deadline order, as flow_share's round-robin) from their remaining-work samples,
     into ``out`` (float32).
 
-    The quantiles (sorted-sample neighbours ``lo``, ``hi`` and ``frac`` of :data:`_LEVELS`:
-    the features' and flow_share's, from one sort); the deadline probabilities at the
-    nodes now and at the cap; flow_share's want and count (its ``_counts``, default
-    parameters).  Unknown (nan) predictions read as 0 with the fallback flag set;
+    The quantiles (sorted-sample neighbours ``lo``, ``hi`` and ``frac`` of
+    :meth:`FeatureSettings.levels`: the features' and the rule's, from one sort); the
+    deadline probabilities at the nodes now and at the cap; the share rule's want and
+    count (:func:`~flow_predictor.share_rule.want_and_count`, with ``slack`` and
+    ``triage``).  Unknown (nan) predictions read as 0 with the fallback flag set;
     "never" as the limit: the env's own, so every feature of the observation shares its
     bounds.
     """
-    qs = _quantiles(samples, lo, hi, frac)
+    qs = sorted_quantiles(samples, lo, hi, frac)
     budgets = np.empty((len(rate), 2))
     for i in range(len(rate)):
         budgets[i, 0] = rate[i] * nodes_now[i] ** alpha[i] * left[i]
         budgets[i, 1] = rate[i] * cap[i] ** alpha[i] * max(left[i] - 1, 0.0)
-    probs = _shares_within(samples, budgets)
-    need, share = _counts(
+    probs = shares_within(samples, budgets)
+    need, share = want_and_count(
         qs[:, _UPPER],
         qs[:, _LOW],
         fallback,
@@ -290,8 +320,8 @@ def _feature_rows(
         nodes_now,
         rate,
         alpha,
-        _SLACK,
-        _TRIAGE,
+        slack,
+        triage,
         starts,
         num_nodes,
     )
@@ -332,11 +362,19 @@ def _place(
 WRAPPERS = ("none", "flow", "wls")
 
 
+def feature_settings(wrapper: str, options: dict[str, Any] | None = None) -> FeatureSettings | None:
+    """The settings of ``wrapper``'s features built with ``options`` (None for ``none``)."""
+    if wrapper == "none":
+        return None
+    return FeatureSettings(samples=int((options or {}).get("n_samples", FLOW_SAMPLES)))
+
+
 def make_predictor(
-    wrapper: str, options: dict[str, Any] | None = None
+    wrapper: str, options: dict[str, Any] | None = None, samples: int = FLOW_SAMPLES
 ) -> RemainingWorkPredictor | None:
     """The predictor behind ``wrapper``'s features (None for ``none``): build it once and
-    pass it to :func:`wrap` for every env that needs it (a flow model loads a checkpoint)."""
+    pass it to :func:`wrap` for every env that needs it (a flow model loads a checkpoint);
+    a flow model draws ``samples`` per task unless ``options`` name ``n_samples``."""
     if wrapper not in WRAPPERS:
         raise ConfigError(f"wrapper={wrapper!r}: expected one of {list(WRAPPERS)}")
     if wrapper == "none":
@@ -345,8 +383,7 @@ def make_predictor(
         # Imported here: the flow model (torch) is only needed when asked for.
         from flow_predictor.checkpoint import load_predictor
 
-        # flow_share's sample count unless the options name one: pred_share is its count
-        return load_predictor(**{"n_samples": FLOW_SAMPLES, **(options or {})})
+        return load_predictor(**{"n_samples": samples, **(options or {})})
     return WLSPredictor(**(options or {}))
 
 
@@ -355,12 +392,15 @@ def wrap(
     wrapper: str,
     options: dict[str, Any] | None = None,
     predictor: RemainingWorkPredictor | None = None,
+    settings: FeatureSettings | None = None,
 ) -> AECEnv:
     """``env`` with predictor features per slot: ``flow`` (shipped model), ``wls``, or
-    ``none``; ``predictor``: the one :func:`make_predictor` built for them (else built now)."""
-    if predictor is None:
-        predictor = make_predictor(wrapper, options)
-    return env if predictor is None else PredictorFeatures(env, predictor)
+    ``none``; ``predictor``: the one :func:`make_predictor` built for them (else built now);
+    ``settings``: those of the features (default: :func:`feature_settings` of the options)."""
+    settings = settings or feature_settings(wrapper, options)
+    if predictor is None and settings is not None:
+        predictor = make_predictor(wrapper, options, settings.samples)
+    return env if predictor is None else PredictorFeatures(env, predictor, settings)
 
 
 def make_wrapped_env(

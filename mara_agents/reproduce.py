@@ -133,7 +133,7 @@ def retrain(
 def _ppo_stage(path: Path, weights: Path, start: str, root: Path) -> Path:
     """The PPO stage of the YAML at ``path`` from ``weights``, exported to
     ``root/<name>.pt`` (reused when it was trained from the same settings and weights)."""
-    from mara_agents.policy.runtime import file_digest
+    from mara_agents.policy.policy_file import file_digest
     from mara_agents.training.experiment import load_experiment
     from mara_agents.training.records import RECORD, check_unchanged
 
@@ -173,7 +173,7 @@ def _train_and_export(ppo: Experiment, out: Path, policy: Path) -> None:
     export_checkpoint(result.checkpoint.path, policy)
 
 
-def evaluate_predictors(out: Path, samples: int = 64) -> pd.DataFrame:
+def evaluate_predictors(out: Path) -> pd.DataFrame:
     """Flow vs WLS vs Optimus on the test split; writes CSV + plot under ``out``."""
     from flow_predictor import load_predictor
     from flow_predictor.evaluate import evaluate_to_dir
@@ -181,7 +181,7 @@ def evaluate_predictors(out: Path, samples: int = 64) -> pd.DataFrame:
     from flow_predictor.wls import WLSPredictor
 
     traces = load_traces(None, split="test")
-    methods = [load_predictor(n_samples=samples), WLSPredictor(), OptimusPredictor()]
+    methods = [load_predictor(), WLSPredictor(), OptimusPredictor()]
     return evaluate_to_dir(methods, traces, out)
 
 

@@ -245,6 +245,10 @@ class SchedulerAgent:
         self.scheduler = scheduler
         self._round: tuple[int, np.ndarray] | None = None
 
+    def slots_for(self, num_nodes: int) -> int | None:
+        """None: a scheduler sees the whole simulation, and observes any slot count."""
+        return None
+
     def reset(self, env: Any, seed: int) -> None:
         """Call right after ``env.reset(seed=seed)``."""
         self.scheduler.reset(env.unwrapped.engine.sim, np.random.default_rng([seed, 1]))

@@ -109,7 +109,7 @@ def _everywhere(pattern: str) -> list[str]:
 def test_quoted_ids_sample_counts_and_file_names_are_the_codes():
     """The env id, the wrapper's flow sample count and the shipped files' names, as the
     docs write them, are the ones the code defines."""
-    from flow_predictor.flow_share import FLOW_SAMPLES
+    from flow_predictor.remaining import FLOW_SAMPLES
     from mara_env import ENV_ID
 
     ids = _everywhere(r"mara/ComputeCluster-v\d+")
@@ -118,7 +118,7 @@ def test_quoted_ids_sample_counts_and_file_names_are_the_codes():
     assert [int(s) for s in samples] == [FLOW_SAMPLES]
     # read from the modules' source: the loaders themselves need torch
     for module, constant, folder in [
-        ("mara_agents/policy/runtime.py", "SHIPPED_POLICY", "mara_agents/policy/shipped"),
+        ("mara_agents/policy/policy_file.py", "SHIPPED_POLICY", "mara_agents/policy/shipped"),
         ("flow_predictor/checkpoint.py", "SHIPPED_CHECKPOINT", "flow_predictor/checkpoints"),
     ]:
         name = re.search(rf'{constant} = .*"(\w+\.pt)"', (ROOT / module).read_text()).group(1)
@@ -132,7 +132,7 @@ def test_quoted_slot_and_node_counts_are_the_shipped_policys_and_the_experiments
     torch = pytest.importorskip("torch")
     import yaml
 
-    from mara_agents.policy.runtime import SHIPPED_POLICY
+    from mara_agents.policy.policy_file import SHIPPED_POLICY
 
     header = torch.load(SHIPPED_POLICY, map_location="cpu", weights_only=True)
     env = yaml.safe_load((ROOT / "experiments" / "mara.yaml").read_text())["env"]

@@ -15,7 +15,7 @@ import torch
 
 from flow_predictor.checkpoint import load_predictor
 from flow_predictor.features import prefix_conditions, prefix_features
-from flow_predictor.flow_share import FLOW_SAMPLES
+from flow_predictor.remaining import FLOW_SAMPLES
 from mara_agents.evaluation.runner import evaluate
 from mara_env.config import ClusterConfig
 from mara_env.traces import load_traces
@@ -142,14 +142,14 @@ def test_quantiles_and_shares_are_numpys(compiled) -> None:
     budget (nan for an unknown row); and numpy's own quantiles where all is finite."""
     from flow_predictor import remaining
 
-    quantiles, shares = remaining._quantiles, remaining._shares_within
+    quantiles, shares = remaining.sorted_quantiles, remaining.shares_within
     if not compiled:
         quantiles, shares = quantiles.py_func, shares.py_func
     rng = np.random.default_rng(0)
     levels = (0.0, 0.05, 0.1, 0.5, 0.9, 1.0)
     for s in (1, 2, 32):
         x = _edge_case_samples(rng, 40, s)
-        lo, hi, frac = remaining._neighbours(levels, s)
+        lo, hi, frac = remaining.quantile_neighbours(levels, s)
         got = quantiles(x, lo, hi, frac)
         a, b = np.sort(x, axis=1)[:, lo], np.sort(x, axis=1)[:, hi]
         with np.errstate(invalid="ignore"):
@@ -171,10 +171,10 @@ def test_nodes_needed_is_the_first_count_that_ticks_needed_allows(compiled) -> N
     """flow_share's want (compiled where numba is installed) is the fewest nodes within the
     cap whose ``mara_env.schedulers.ticks_needed`` fits the time left, 0 if none does or
     the remaining work is unknown or "never"."""
-    from flow_predictor import flow_share
+    from flow_predictor import share_rule
     from mara_env.schedulers import ticks_needed
 
-    first_fits = flow_share._first_fits if compiled else flow_share._first_fits.py_func
+    first_fits = share_rule._first_fits if compiled else share_rule._first_fits.py_func
     rng = np.random.default_rng(1)
     for _ in range(200):
         m = int(rng.integers(1, 30))

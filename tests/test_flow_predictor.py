@@ -112,7 +112,12 @@ def test_sampling_shape_determinism_and_batch_independence(traces):
 
 @pytest.mark.parametrize("method, steps", [("euler", 4), ("midpoint", 3)])
 def test_numpy_sampler_agrees_with_the_torch_velocity_net(method, steps):
-    """The numpy solver copies the torch net's weights: it must integrate the same ODE."""
+    """The numpy solver copies the torch net's weights: it must integrate the same ODE.
+
+    Tolerance: both run in float32, summing in different orders (BLAS against torch's
+    kernels).  A layer of width 256 with O(1) terms rounds its sums by up to ~256 x 6e-8
+    = 1.5e-5; four layers over four steps of the O(1) normalised trajectory stay within
+    1e-4 absolute."""
     from flow_predictor.model import Sampler
 
     net = load_predictor().net
@@ -134,37 +139,19 @@ def test_numpy_sampler_agrees_with_the_torch_velocity_net(method, steps):
     np.testing.assert_allclose(got, x.reshape(got.shape).numpy(), rtol=0, atol=1e-4)
 
 
-def test_solver_exp_is_within_two_ulp_of_the_exact_exp():
-    from flow_predictor.model import exp32
+def test_solver_silu_is_torchs_also_where_exp_overflows():
+    """The solver's SiLU is torch's to float32 rounding (numpy's exp against torch's: a few
+    ulp, so rtol 1e-6), also far below 0 (exp(-v) overflows: silu is -0) and far above
+    (exp(-v) underflows: silu is v)."""
+    from flow_predictor.model import _silu_
 
-    x = np.concatenate([np.linspace(-87.0, 88.0, 200_001), [0.0, -0.0, 1e-30, -1e-30]])
+    x = np.concatenate([np.linspace(-100.0, 100.0, 2001), [200.0, -200.0, 0.0]])
     x = x.astype(np.float32)
-    got, exact = exp32(x).astype(np.float64), np.exp(x.astype(np.float64))
-    ulp = np.spacing(exact.astype(np.float32)).astype(np.float64)
-    assert np.abs(got - exact).max(initial=0.0) > 0  # not numpy's exp by another name
-    assert (np.abs(got - exact) / ulp).max() <= 2.0
-    # beyond the clamp: the exp of the clamp, finite and positive
-    edges = exp32(np.array([-1e4, -100.0, 100.0, 1e4], np.float32))
-    assert np.all(np.isfinite(edges)) and np.all(edges > 0)
-    assert edges[0] == edges[1] and edges[2] == edges[3]
-
-
-def test_a_layer_step_is_silu_of_the_shifted_rows():
-    """_shift_silu: ``silu((h + rows[i // per]) + t)`` in place, also where exp(-v)
-    overflows (v far below 0: silu is ~0) or underflows (v far above 0: silu is v)."""
-    from flow_predictor.model import _shift_silu
-
-    rng = np.random.default_rng(0)
-    h = (rng.standard_normal((6, 40)) * 4).astype(np.float32)
-    h[0, :4] = [200.0, -200.0, 90.0, -90.0]
-    rows = rng.standard_normal((3, 40)).astype(np.float32)
-    t = rng.standard_normal(40).astype(np.float32)
-    v = (h.astype(np.float64) + np.repeat(rows, 2, 0)) + t
-    expected = v / (1.0 + np.exp(np.minimum(-v, 700.0)))
-    got = h.copy()
-    _shift_silu(got, rows, 2, t)
+    with np.errstate(over="ignore"):
+        got = _silu_(x.copy(), np.empty_like(x))
+    expected = torch.nn.functional.silu(torch.from_numpy(x)).numpy()
     np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-30)
-    assert -1e-30 < got[0, 1] <= 0.0 and got[0, 0] == np.float32(h[0, 0] + rows[0, 0] + t[0])
+    assert got[-3] == 200.0 and got[-2] == 0.0 and np.all(np.isfinite(got))
 
 
 def test_remaining_quantiles_are_monotone(traces):

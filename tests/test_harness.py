@@ -3,6 +3,7 @@ outputs, specs and the CLI."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -83,11 +84,15 @@ def test_env_driven_agent_matches_fast_path(config) -> None:
 
 
 class IdleAgent:
+    def slots_for(self, num_nodes: int) -> int | None:
+        return None
+
     def reset(self, env, seed: int) -> None:
         pass
 
-    def act(self, env, agent: str) -> int:
-        return env.unwrapped.config.num_slots
+    def act_round(self, env) -> np.ndarray:
+        config = env.unwrapped.config
+        return np.full(config.num_nodes, config.num_slots)
 
 
 def test_registered_agent_factory_is_used(config) -> None:
@@ -100,12 +105,14 @@ def test_registered_agent_factory_is_used(config) -> None:
 class SlotCountingAgent(IdleAgent):
     """Idles, and records the slot count of the env the harness built for it."""
 
-    num_slots = 2
     seen: set[int] = set()
 
-    def act(self, env, agent: str) -> int:
+    def slots_for(self, num_nodes: int) -> int | None:
+        return 2
+
+    def act_round(self, env) -> np.ndarray:
         SlotCountingAgent.seen.add(env.unwrapped.config.num_slots)
-        return super().act(env, agent)
+        return super().act_round(env)
 
 
 def test_agent_gets_an_env_with_its_own_slot_count(config) -> None:
@@ -208,48 +215,55 @@ def test_bad_policy_spec_fails_before_any_episode(config, tmp_path, capsys) -> N
     assert not (tmp_path / "cli" / "results.csv").exists()
 
 
-class _NodeByNode:
-    """An agent's ``act`` alone: the harness then steps the AEC env node by node."""
+def _node_by_node(agent, config, traces, seed: int) -> dict:
+    """An episode of ``agent``'s ``act`` stepping the AEC env node by node; its metrics."""
+    from mara_env.cluster_env import raw_env
 
-    def __init__(self, agent) -> None:
-        self.agent = agent
-        self.num_slots = getattr(agent, "num_slots", None)
-
-    def reset(self, env, seed: int) -> None:
-        self.agent.reset(env, seed)
-
-    def act(self, env, agent: str) -> int:
-        return self.agent.act(env, agent)
+    slots = agent.slots_for(config.num_nodes) or config.num_slots
+    env = raw_env(config=replace(config, num_slots=slots), trace_set=traces)
+    env.engine.sim.record = True
+    env.reset(seed=seed)
+    agent.reset(env, seed)
+    for name in env.agent_iter():
+        _, _, term, trunc, _ = env.last(observe=False)
+        env.step(None if term or trunc else agent.act(env, name))
+    return {**env.engine.sim.metrics(), "allocation": np.array(env.engine.sim.assign_log)}
 
 
 @pytest.mark.parametrize("spec", ["mara", "env=lara", "env=flow_share"])
 def test_acting_round_by_round_matches_the_aec_loop(config, spec) -> None:
-    """An agent with ``act_round`` is driven through the round view; the episode is the one
-    the AEC loop gives with its node-by-node ``act``."""
+    """The harness drives an agent round by round; the episode is the one the AEC loop
+    gives with the agent's node-by-node ``act``."""
     from mara_agents.evaluation.registry import expand_alias
     from mara_agents.evaluation.runner import build, run_agent_episode
 
     traces = load_traces(config.traces, split=config.split)
     agent = build(expand_alias(spec))
-    assert callable(agent.act_round)
     for episode in range(2):
         seed = episode_seed(0, 1.5, episode)
         by_round = run_agent_episode(agent, config, traces, seed, record=True)
-        by_node = run_agent_episode(_NodeByNode(agent), config, traces, seed, record=True)
+        by_node = _node_by_node(agent, config, traces, seed)
         assert np.array_equal(by_round.pop("allocation"), by_node.pop("allocation"))
         assert by_round == by_node
 
 
-def test_an_agent_is_built_once_per_worker(config, monkeypatch) -> None:
-    """The policy file is read once per worker process, not once per episode."""
-    import mara_agents.policy.runtime as runtime
+def test_the_policy_file_is_read_once_per_process(config, monkeypatch) -> None:
+    """The policy file is read once per process: the up-front check, the size note and
+    the worker's agent (in this process: workers=1) share one read, and every episode
+    the one agent."""
+    from mara_agents.policy import policy_file
 
-    loads = []
-    real = runtime.load_policy
-    monkeypatch.setattr(runtime, "load_policy", lambda *a, **k: loads.append(1) or real(*a, **k))
+    policy_file._read.cache_clear()
+    reads = []
+    real = policy_file.torch.load
+
+    def load(path, *args, **kwargs):  # torch.load reads the flow checkpoint too
+        reads.append(Path(path) == policy_file.SHIPPED_POLICY)
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(policy_file.torch, "load", load)
     evaluate(["mara"], [1.0], 4, [0], config, workers=1, progress=False)
-    # one for the up-front check, one for the worker (in this process: workers=1)
-    assert len(loads) == 2
+    assert sum(reads) == 1
 
 
 def test_bound_is_a_reference_spec_above_every_scheduler(config, tmp_path) -> None:

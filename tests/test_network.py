@@ -224,13 +224,14 @@ def test_the_shipped_policy_scores_real_rounds_as_the_dense_formulation(
     the formulation its attention, scorer and critic replaced (every slot embedded and
     scored), to float32 rounding."""
     from flow_predictor.wrapper import wrap
+    from mara_agents.policy.inference import load_policy
+    from mara_agents.policy.policy_file import SHIPPED_POLICY
     from mara_agents.policy.rounds import (
         flat_views,
         round_features,
         round_value,
         teacher_forced_logits,
     )
-    from mara_agents.policy.runtime import SHIPPED_POLICY, load_policy
     from mara_env.cluster_env import env
     from mara_env.round_env import RoundEnv
 

@@ -1,4 +1,4 @@
-"""Policy files and the policy runtime: round trip, every bad file named, and no ray needed."""
+"""Policy files and acting with them: round trip, every bad file named, and no ray needed."""
 
 from __future__ import annotations
 
@@ -12,14 +12,14 @@ import numpy as np
 import pytest
 import torch
 
+from mara_agents.policy.agent import MaraAgent
+from mara_agents.policy.inference import load_policy
 from mara_agents.policy.network import MaraNet, ModelConfig
-from mara_agents.policy.runtime import (
+from mara_agents.policy.policy_file import (
     FORMAT,
     SHIPPED_POLICY,
     VERSION,
-    MaraAgent,
     PolicyFileError,
-    load_policy,
     save_policy,
 )
 from tests.test_network import K, make_net, random_batch
@@ -47,7 +47,7 @@ def test_round_trip_acts_as_the_network(policy_file: Path) -> None:
     policy.seed(7)
     assert sampled == [policy.act(one, greedy=False) for _ in range(50)]
     assert all(one["action_mask"][a] for a in sampled)
-    assert MaraAgent(policy).num_slots == K
+    assert MaraAgent(policy).slots_for(policy.trained_nodes) == K
     assert not list(policy_file.parent.glob("*.tmp"))  # written atomically
 
 
@@ -183,7 +183,7 @@ def test_evaluating_the_shipped_policy_imports_no_ray(tmp_path: Path) -> None:
         "        '--nodes', '4', '--horizon', '6', '--split', 'train', '--workers', '1',\n"
         f"        '--no-progress', '--out', {str(tmp_path / 'eval')!r}]\n"
         "assert main(argv) == 0\n"
-        "assert 'mara_agents.policy.runtime' in sys.modules and 'torch' in sys.modules\n"
+        "assert 'mara_agents.policy.agent' in sys.modules and 'torch' in sys.modules\n"
         "bad = sorted(m for m in sys.modules if m == 'ray' or m.startswith('ray.'))\n"
         "assert not bad, bad[:5]\n"
     )
@@ -201,42 +201,13 @@ def test_the_harness_agent_leaves_torch_threads_alone() -> None:
     torch.set_num_threads(2)
     try:
         agent = MaraAgent()
-        aec = env(num_nodes=4, num_slots=agent.num_slots, horizon=6, split="val")
+        aec = env(num_nodes=4, num_slots=agent.slots_for(4), horizon=6, split="val")
         aec.reset(seed=1)
         agent.reset(aec, seed=1)
         assert agent.act_round(aec).shape == (4,)
         assert torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(before)
-
-
-def test_greedy_fixed_point_decodes_as_node_after_node() -> None:
-    """The batched fixed point gives the greedy actions of decoding node after node, on
-    random rounds of a random network (not only on the shipped policy's easy rounds)."""
-    from flow_predictor.wrapper import wrap
-    from mara_agents.policy.rounds import _decode_in_turn, greedy_fixed_point
-    from mara_env.cluster_env import env
-    from mara_env.round_env import RoundEnv
-
-    torch.manual_seed(0)
-    policy = load_policy(SHIPPED_POLICY)
-    net = MaraNet(policy.net.layout, ModelConfig(stay_bias=0.0)).eval()
-    slots = policy.net.layout.num_slots
-    aec = env(num_nodes=12, num_slots=slots, horizon=20, split="val", load=2.0)
-    view = RoundEnv(wrap(aec, policy.wrapper, policy.meta.get("wrapper_options")))
-    view.reset(seed=3)
-    rng = np.random.default_rng(0)
-    checked = 0
-    while not view.engine.finished:
-        obs = {k: torch.from_numpy(np.asarray(v))[None] for k, v in view.observe().items()}
-        with torch.inference_mode():
-            fixed, logits = greedy_fixed_point(net, obs)
-            turn, _, turn_logits = _decode_in_turn(net, obs, greedy=True)
-        assert torch.equal(fixed, turn)
-        assert torch.allclose(logits, turn_logits, atol=1e-5)
-        checked += 1
-        view.play(rng.integers(0, view.action_space.nvec[0], size=12))
-    assert checked >= 20
 
 
 @pytest.mark.parametrize(
@@ -248,40 +219,35 @@ def test_greedy_fixed_point_decodes_as_node_after_node() -> None:
     ],
     ids=["plain", "stay-bias-two-blocks", "independent-work-conserving"],
 )
-def test_the_numpy_actor_acts_as_the_torch_network(config: ModelConfig) -> None:
-    """RoundActor (what the harness acts with) gives the torch network's greedy actions
-    and, to float32 rounding, its logits, on random networks and random rounds."""
+def test_greedy_decoding_gives_each_node_its_argmax_given_the_earlier_nodes(
+    config: ModelConfig,
+) -> None:
+    """The greedy decoder's actions are node after node's: every node's action is the
+    argmax of its logits given the earlier nodes' actions (teacher forcing on them), and
+    its logits are those, on random networks and random rounds (not only on the shipped
+    policy's easy rounds)."""
     from flow_predictor.wrapper import wrap
-    from mara_agents.policy.actor import RoundActor
-    from mara_agents.policy.rounds import greedy_fixed_point, round_features
+    from mara_agents.policy.rounds import decode, teacher_forced_logits
     from mara_env.cluster_env import env
     from mara_env.round_env import RoundEnv
 
-    torch.manual_seed(1)
+    torch.manual_seed(0)
     policy = load_policy(SHIPPED_POLICY)
     net = MaraNet(policy.net.layout, config).eval()
-    actor = RoundActor(net)
     slots = policy.net.layout.num_slots
-    aec = env(num_nodes=10, num_slots=slots, horizon=20, split="val", load=2.0)
+    aec = env(num_nodes=12, num_slots=slots, horizon=20, split="val", load=2.0)
     view = RoundEnv(wrap(aec, policy.wrapper, policy.meta.get("wrapper_options")))
-    view.reset(seed=5)
-    rng = np.random.default_rng(1)
+    view.reset(seed=3)
+    rng = np.random.default_rng(0)
     checked = 0
     while not view.engine.finished:
-        obs = view.observe()
-        batch = {k: torch.from_numpy(np.asarray(v))[None] for k, v in obs.items()}
+        obs = {k: torch.from_numpy(np.asarray(v))[None] for k, v in view.observe().items()}
         with torch.inference_mode():
-            want, _ = greedy_fixed_point(net, batch)
-            guess = torch.from_numpy(rng.integers(0, slots + 1, size=(1, 10)))
-            feats, mask = round_features(batch, guess, slots)
-            enc = net.encode(batch["slots"], batch["action_mask"])
-            logits = net.head(enc, net.encode_nodes(batch["nodes"]), feats, mask)[0].numpy()
-        assert np.array_equal(actor.greedy(obs), want[0].numpy())
-        n = actor._mlp(actor.node_enc, np.asarray(obs["nodes"], np.float32))
-        terms = (n @ actor.score_node, n @ actor.idle_node)
-        enc_np = actor.encode(np.asarray(obs["slots"], np.float32), obs["action_mask"])
-        got = actor.head(enc_np, terms, feats[0].numpy(), mask[0].numpy())
-        np.testing.assert_allclose(got, logits, rtol=1e-5, atol=1e-4)
+            acts, _, logits = decode(net, obs, greedy=True)
+            forced = teacher_forced_logits(net, obs, acts)
+        assert torch.equal(forced.argmax(-1), acts)
+        # the same numbers, reached by other batch shapes: float32 rounding of O(10) logits
+        assert torch.allclose(logits, forced, atol=1e-4)
         checked += 1
-        view.play(rng.integers(0, slots + 1, size=10))
+        view.play(rng.integers(0, view.action_space.nvec[0], size=12))
     assert checked >= 20

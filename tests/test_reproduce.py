@@ -53,7 +53,7 @@ def test_retrain_calls_the_library_from_any_directory(tmp_path, monkeypatch) -> 
     PPO stage from that export, and the predictor trained, all under ``out``; a rerun
     reuses all, and a changed recipe or a retrained earlier stage is refused."""
     from flow_predictor.train import TrainConfig
-    from mara_agents.policy.runtime import load_policy
+    from mara_agents.policy.inference import load_policy
     from mara_agents.reproduce import retrain
     from mara_agents.training.records import RECORD
 

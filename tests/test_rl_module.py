@@ -12,8 +12,9 @@ from gymnasium import spaces
 from ray.rllib.core.columns import Columns
 
 from flow_predictor.wrapper import PREDICTOR_FEATURES
+from mara_agents.policy.agent import MaraAgent
+from mara_agents.policy.inference import load_policy
 from mara_agents.policy.network import MaraNet, ModelConfig, ObsLayout
-from mara_agents.policy.runtime import MaraAgent, load_policy
 from mara_agents.training.export import export_checkpoint
 from mara_agents.training.rl_module import MaraRLModule
 from mara_env.config import ConfigError
@@ -126,7 +127,7 @@ def test_warm_start_weights_reach_the_module(tmp_path: Path) -> None:
     for a, b in zip(source.net.parameters(), module.net.parameters()):
         assert torch.equal(a, b)
     # a policy file (`mara export`) serves as well, its header and weights checked
-    from mara_agents.policy.runtime import PolicyFileError, save_policy
+    from mara_agents.policy.policy_file import PolicyFileError, save_policy
 
     policy = save_policy(source.net, tmp_path / "p.pt", {"cluster": {}, "wrapper": "none"})
     module = make_module(init_weights=str(policy))

@@ -64,7 +64,8 @@ def test_a_room_imports_only_what_it_may(room: str) -> None:
 def test_the_shipped_policy_and_flow_checkpoint_load_from_their_new_homes() -> None:
     """The files that ship with the package keep loading after the rooms moved."""
     from flow_predictor.checkpoint import SHIPPED_CHECKPOINT, load_predictor
-    from mara_agents.policy.runtime import SHIPPED_POLICY, load_policy
+    from mara_agents.policy.inference import load_policy
+    from mara_agents.policy.policy_file import SHIPPED_POLICY
 
     assert SHIPPED_POLICY.is_file() and SHIPPED_POLICY.parent.name == "shipped"
     policy = load_policy()

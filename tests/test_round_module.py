@@ -10,8 +10,8 @@ import pytest
 import torch
 from ray.rllib.core.columns import Columns
 
+from mara_agents.policy.inference import load_policy
 from mara_agents.policy.rounds import decode
-from mara_agents.policy.runtime import load_policy
 from mara_agents.training.export import export_checkpoint
 from mara_agents.training.rl_module import MaraRoundModule
 from mara_env.cluster_env import env

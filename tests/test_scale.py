@@ -10,7 +10,8 @@ import torch
 
 from mara_agents.evaluation.registry import make_scheduler
 from mara_agents.evaluation.runner import evaluate
-from mara_agents.policy.runtime import MaraAgent, load_policy, size_note, slots_for
+from mara_agents.policy.agent import MaraAgent, size_note
+from mara_agents.policy.inference import load_policy, slots_for
 from mara_env.cluster_env import raw_env
 from mara_env.config import ClusterConfig
 from mara_env.round_env import RoundEnv
@@ -72,8 +73,9 @@ def test_the_trained_slot_count_hides_served_tasks_on_a_big_cluster(shipped) -> 
 
 def test_the_agent_acts_with_the_trained_weights_on_more_slots(shipped) -> None:
     """At N = 40 the agent acts on 80 slots with the shipped weights: each node's action
-    is the torch network's (built for 80 slots from the same weights) node after node."""
-    from mara_agents.policy.rounds import _decode_in_turn
+    is the argmax of the network's logits (built for 80 slots from the same weights) given
+    the earlier nodes' actions."""
+    from mara_agents.policy.rounds import teacher_forced_logits
 
     agent = MaraAgent(shipped)
     k = agent.slots_for(40)
@@ -81,17 +83,17 @@ def test_the_agent_acts_with_the_trained_weights_on_more_slots(shipped) -> None:
     env.reset(seed=2)
     agent.reset(env, seed=2)
     net = agent.policy.net
-    assert net.layout.num_slots == k and agent.num_slots == 32
+    assert net.layout.num_slots == k and agent.slots_for(16) == 32
     assert all(torch.equal(a, b) for a, b in zip(net.parameters(), shipped.net.parameters()))
     driver = RoundEnv(env)
     checked = 0
     while not env.engine.finished:
         obs = agent._rounds.observe()
         batch = {key: torch.from_numpy(np.asarray(v))[None] for key, v in obs.items()}
-        with torch.inference_mode():
-            want = _decode_in_turn(net, batch, greedy=True)[0][0].numpy()
         got = agent.act_round(env)
-        assert np.array_equal(got, want)
+        with torch.inference_mode():
+            forced = teacher_forced_logits(net, batch, torch.from_numpy(got)[None])
+        assert np.array_equal(forced.argmax(-1)[0].numpy(), got)
         driver.play(got)
         checked += 1
     assert checked >= 12

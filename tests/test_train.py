@@ -46,7 +46,7 @@ def scalars(trial_dir: Path, pattern: str = "events.out.tfevents.*") -> dict[str
 def test_smoke_trains_logs_and_exports(tmp_path: Path) -> None:
     import ray
 
-    from mara_agents.policy.runtime import load_policy
+    from mara_agents.policy.inference import load_policy
     from mara_agents.training.curves import LEARNER_STATS
     from mara_agents.training.export import export_checkpoint
     from mara_agents.training.ppo import EPISODE_METRICS
@@ -96,7 +96,7 @@ def test_round_view_smoke_trains_logs_and_exports(tmp_path: Path) -> None:
     import pandas as pd
     import ray
 
-    from mara_agents.policy.runtime import load_policy
+    from mara_agents.policy.inference import load_policy
     from mara_agents.training.curves import write_learning_curves_csv
     from mara_agents.training.export import export_checkpoint
     from mara_agents.training.train import train

@@ -10,7 +10,8 @@ import torch
 from pettingzoo.test import api_test, seed_test, state_test
 
 from flow_predictor.checkpoint import load_predictor
-from flow_predictor.flow_share import FLOW_SAMPLES, confident_nodes
+from flow_predictor.remaining import FLOW_SAMPLES
+from flow_predictor.share_rule import confident_nodes
 from flow_predictor.wls import WLSPredictor
 from flow_predictor.wrapper import PREDICTOR_FEATURES, PredictorFeatures
 from mara_env.cluster_env import CAP_SCALE, SLOT_FEATURES, env, parallel_env
@@ -93,7 +94,7 @@ def test_layout_extends_every_slot_and_keeps_queue(flow, kind):
 def test_every_predictor_feature_is_its_definition(flow):
     """The per-tick path computes the features in one pass; each equals its definition
     (module docstring) recomputed from the cached predictions, bit for bit."""
-    from flow_predictor.flow_share import flow_share_counts
+    from flow_predictor.share_rule import flow_share_counts
     from flow_predictor.wrapper import LOG_TICKS_SCALE, QUANTILES
     from mara_env.cluster_env import OBS_LIMIT
 
@@ -197,8 +198,8 @@ def test_one_flow_sample_count_for_the_wrapper_and_flow_share(monkeypatch):
     """PredictorFeatures' default, ``wrap(env, "flow")`` and flow_share load the flow model
     with the same sample count (FLOW_SAMPLES), unless the wrapper options name one."""
     import flow_predictor.checkpoint
-    from flow_predictor.flow_share import FlowShare
     from flow_predictor.wrapper import make_predictor, wrap
+    from mara_agents.baselines.flow_share import FlowShare
 
     asked: list[int] = []
 
@@ -217,7 +218,7 @@ def test_one_flow_sample_count_for_the_wrapper_and_flow_share(monkeypatch):
 
 def test_nodes_needed_feature_is_the_flow_share_want():
     """The clone's teacher and the policy's feature agree: same predictions, same want."""
-    from flow_predictor.flow_share import FlowShare
+    from mara_agents.baselines.flow_share import FlowShare
     from mara_env.schedulers import SchedulerAgent
 
     # Light load: every active task is visible (the teacher predicts all active tasks).
@@ -251,7 +252,7 @@ def test_share_features_let_a_node_realise_flow_share_exactly():
     """With K >= N the per-node rule "stay while your task's pred_share exceeds
     nodes_chosen, else join the first slot with share - chosen - pending > 0" takes
     exactly the flow_share teacher's actions: the clone's targets are learnable."""
-    from flow_predictor.flow_share import FlowShare
+    from mara_agents.baselines.flow_share import FlowShare
     from mara_env.schedulers import SchedulerAgent
 
     k = SMALL["num_nodes"]

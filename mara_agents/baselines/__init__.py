@@ -9,7 +9,8 @@
   Tiresias' 2D-LAS (NSDI 2019), ElasticFlow (ASPLOS 2023);
 * :mod:`~mara_agents.baselines.hedge`: hedge, chance-constrained Moore–Hodgson on the
   flow predictor's remaining-work distribution (and its exact-work twin);
-* ``flow_share`` (:mod:`flow_predictor.flow_share`) and the textbook rules of
+* :mod:`~mara_agents.baselines.flow_share`: flow_share (the share rule of
+  :mod:`flow_predictor.share_rule` with a remaining-work predictor), and the textbook rules of
   :mod:`mara_env.schedulers` (EDF, uniform share, random).
 
 Nothing here imports torch or ray (a test checks it): a scheduler that needs a model
@@ -18,9 +19,9 @@ loads it when it first runs.
 
 from __future__ import annotations
 
-from flow_predictor.flow_share import FlowShare
 from mara_agents.baselines.elasticflow import ElasticFlow
 from mara_agents.baselines.fifo import FIFO
+from mara_agents.baselines.flow_share import FlowShare
 from mara_agents.baselines.greedy import LeastSlack, Optimus
 from mara_agents.baselines.hedge import Hedge
 from mara_agents.baselines.laira import LaiRA

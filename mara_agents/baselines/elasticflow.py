@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from flow_predictor.flow_share import nodes_needed
+from flow_predictor.share_rule import nodes_needed
 from mara_agents.baselines.lara import (
     EXPLORE_REPORTS,
     FEWEST_REPORTS,

@@ -131,7 +131,8 @@ class PlannedWork:
         if self.predictor == "flow":
             if self._flow is None:
                 from flow_predictor.checkpoint import load_predictor
-                from flow_predictor.flow_share import DEFAULTS, FLOW_SAMPLES
+                from flow_predictor.remaining import FLOW_SAMPLES
+                from flow_predictor.share_rule import DEFAULTS
 
                 flow = load_predictor(n_samples=FLOW_SAMPLES)
                 self._flow = PredictionCache(flow, DEFAULTS.refresh)

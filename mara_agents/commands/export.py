@@ -2,7 +2,7 @@
 
 The file holds the network weights, its hyper-parameters, the observation layout, the
 env config it was trained on and a versioned header; load it with
-``mara_agents.policy.runtime.load_policy(path)`` (no Ray runtime needed) or evaluate it with
+``mara_agents.policy.inference.load_policy(path)`` (no Ray runtime needed) or evaluate it with
 ``mara evaluate --schedulers mara=POLICY.pt``.  A behaviour-cloning warm start
 (``OUT/<name>_pretrain.pt``) is exported the same way with ``--experiment FILE.yaml``.
 """
@@ -36,7 +36,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from mara_agents.commands import checks
     from mara_agents.outputs import OutputError, prepare_out_file
-    from mara_agents.policy.runtime import PolicyFileError, load_policy
+    from mara_agents.policy.inference import load_policy
+    from mara_agents.policy.policy_file import PolicyFileError
     from mara_agents.training.experiment import load_experiment
     from mara_agents.training.export import (
         export_checkpoint,

@@ -50,7 +50,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     e.add_argument(
         "--force", action="store_true", help="replace what OUT holds from an earlier run"
     )
-    e.add_argument("--samples", type=int, default=64, help="flow samples per prediction")
+    e.add_argument(
+        "--samples", type=int, default=None, help="flow samples per prediction (default 32)"
+    )
     e.set_defaults(_run=run_evaluate)
 
     lo = sub.add_parser(
@@ -63,7 +65,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--families", default=None, help="comma-separated families to leave out (default: all)"
     )
     lo.add_argument("--eval-split", default="test", help="split of each held-out family scored")
-    lo.add_argument("--samples", type=int, default=64, help="flow samples per prediction")
+    lo.add_argument(
+        "--samples", type=int, default=None, help="flow samples per prediction (default 32)"
+    )
     lo.set_defaults(_run=run_lofo, out="runs/predictor/lofo")
 
 
@@ -209,13 +213,15 @@ def run_evaluate(args: argparse.Namespace) -> int:
     from flow_predictor.checkpoint import CheckpointError, load_predictor
     from flow_predictor.evaluate import evaluate_all, write_evaluation
     from flow_predictor.optimus import OptimusPredictor
+    from flow_predictor.remaining import FLOW_SAMPLES
     from flow_predictor.wls import WLSPredictor
     from mara_env.traces import TraceError, load_traces
 
     torch.set_num_threads(1)
     source = args.traces or f"the shipped library's {args.split or 'test'} split"
     try:
-        samples = at_least(args.samples, "--samples", 1)
+        samples = FLOW_SAMPLES if args.samples is None else args.samples
+        at_least(samples, "--samples", 1)
         flow = load_predictor(args.checkpoint, n_samples=samples)
         traces = load_traces(args.traces, split=args.split or ("all" if args.traces else "test"))
         run_dir = prepare_out(
@@ -256,7 +262,7 @@ def run_lofo(args: argparse.Namespace) -> int:
             args.exclude_families,
             "nothing: lofo leaves out one family at a time itself",
         )
-        samples = checks.at_least(args.samples, "--samples", 1)
+        samples = None if args.samples is None else checks.at_least(args.samples, "--samples", 1)
         checks.check_output_dir(args.out)
     except checks.UsageError as exc:
         print(f"mara predictor lofo: error: {exc}", file=sys.stderr)

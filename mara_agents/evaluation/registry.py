@@ -9,8 +9,8 @@ A *spec* names what to evaluate:
   fast path);
 * ``PREFIX=ARG``: an env-driven agent made by the factory registered for ``PREFIX`` with
   :func:`register_agent_factory` (``mara=POLICY.pt`` is the learned policy; plain
-  ``mara`` the shipped one).  The agent has ``reset(env, seed)`` and
-  ``act(env, agent) -> action`` and is driven through ``mara_env.cluster_env.raw_env``;
+  ``mara`` the shipped one).  The agent is an :class:`Agent` (``reset``, ``act_round``,
+  ``slots_for``), driven round by round through ``mara_env.cluster_env.raw_env``;
   ``env=NAME`` drives a scheduler this way.
 
 :func:`check_spec` fails fast, in the parent process and before any episode runs, on a
@@ -27,6 +27,8 @@ import typing
 from collections.abc import Callable
 from typing import Any, Protocol
 
+import numpy as np
+
 from mara_env.config import ClusterConfig
 from mara_env.schedulers import Scheduler, SchedulerAgent
 
@@ -36,20 +38,24 @@ class SpecError(ValueError):
 
 
 class Agent(Protocol):
-    """An env-driven decision maker (e.g. a learned policy).
+    """An env-driven decision maker (a learned policy; a scheduler through
+    :class:`~mara_env.schedulers.SchedulerAgent`), what the harness's episode loop
+    (:func:`mara_agents.evaluation.runner.play_episode`) drives, one round at a time.
 
-    An agent may also have a ``num_slots`` attribute: the number of task slots it was
-    built to observe, or a ``slots_for(num_nodes) -> int`` method (which takes precedence):
-    the slots to observe a cluster of that size with.  The harness then runs its episodes
-    in an env with that many slots; the workload of a seed does not depend on the slot
-    count, so every scheduler still sees the same tasks.
+    :meth:`slots_for` sizes the env: the harness runs the agent's episodes in an env with
+    that many slots; the workload of a seed does not depend on the slot count, so every
+    scheduler still sees the same tasks.
     """
+
+    def slots_for(self, num_nodes: int) -> int | None:
+        """The slots to observe a cluster of ``num_nodes`` with (None: the config's)."""
 
     def reset(self, env: Any, seed: int) -> None:
         """Called right after ``env.reset(seed=seed)``."""
 
-    def act(self, env: Any, agent: str) -> int:
-        """Action of ``agent``, the env's current agent."""
+    def act_round(self, env: Any) -> np.ndarray:
+        """The ``N`` node actions (slot ``0 … K-1``, or ``K`` = idle) of the round ``env``
+        is at the start of, in node order."""
 
 
 AgentFactory = Callable[[str], Agent]
@@ -297,7 +303,7 @@ register_agent_factory("env", _scheduler_agent, check=make_scheduler)
 # the learned policy: ``mara=POLICY.pt``, or plain ``mara`` for the shipped policy
 register_agent_factory(
     "mara",
-    "mara_agents.policy.runtime:make_agent",
-    check="mara_agents.policy.runtime:check_policy",
-    note="mara_agents.policy.runtime:size_note",
+    "mara_agents.policy.agent:make_agent",
+    check="mara_agents.policy.agent:check_policy",
+    note="mara_agents.policy.agent:size_note",
 )

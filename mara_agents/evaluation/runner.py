@@ -44,6 +44,19 @@ from mara_env.schedulers import Scheduler, run_episode
 from mara_env.traces import TraceSet, load_traces
 
 
+def play_episode(agent: Agent, env: Any, seed: int) -> None:
+    """The episode loop: reset ``env`` (mara_env's ``raw_env``) and ``agent`` with ``seed``,
+    then play every round with ``agent.act_round`` until the episode ends (read the
+    result from ``env.unwrapped.engine.sim.metrics()``)."""
+    from mara_env.round_env import RoundEnv
+
+    env.reset(seed=seed)
+    agent.reset(env, seed)
+    rounds = RoundEnv(env)
+    while not env.unwrapped.engine.finished:
+        rounds.play(agent.act_round(env))
+
+
 def run_agent_episode(
     agent: Agent,
     config: ClusterConfig,
@@ -53,33 +66,17 @@ def run_agent_episode(
     backend: ClusterState | None = None,
 ) -> dict:
     """One episode of an env-driven agent through ``raw_env`` (over ``backend`` if given,
-    e.g. a live cluster); returns its metrics.
-
-    An agent with ``act_round`` acts once per round on the round view
-    (:class:`~mara_env.round_env.RoundEnv`) of the env; one without acts node by node
-    through the AEC loop.  With ``record`` the metrics also hold ``allocation``
-    (ticks x nodes task indices).
-    """
+    e.g. a live cluster) with as many slots as ``agent.slots_for`` asks, by
+    :func:`play_episode`; returns its metrics.  With ``record`` the metrics also hold
+    ``allocation`` (ticks x nodes task indices)."""
     from mara_env.cluster_env import raw_env
-    from mara_env.round_env import RoundEnv
 
-    slots_for = getattr(agent, "slots_for", None)
-    slots = slots_for(config.num_nodes) if slots_for else getattr(agent, "num_slots", None)
+    slots = agent.slots_for(config.num_nodes)
     if slots is not None and slots != config.num_slots:
         config = replace(config, num_slots=int(slots))
     env = raw_env(config=config, trace_set=traces, backend=backend)
     env.engine.sim.record = record or env.engine.sim.record
-    env.reset(seed=seed)
-    agent.reset(env, seed)
-    act_round = getattr(agent, "act_round", None)
-    if act_round is not None:
-        rounds = RoundEnv(env)
-        while not env.engine.finished:
-            rounds.play(act_round(env))
-    else:
-        for name in env.agent_iter():
-            _, _, term, trunc, _ = env.last(observe=False)
-            env.step(None if term or trunc else agent.act(env, name))
+    play_episode(agent, env, seed)
     sim = env.engine.sim
     out: dict[str, Any] = sim.metrics()
     if record:
@@ -165,19 +162,25 @@ def _job_rows(
     rows = []
     for episode, base, seed in job.episodes:
         m = run_spec(job.spec, config, traces, seed, built=built)
-        rows.append(
-            {
-                "scheduler": job.spec,
-                "load": job.load,
-                "episode": episode,
-                "seed": seed,
-                "completion_rate": m["completion_rate"],
-                **{k: m[k] for k in METRICS},
-                "base_seed": base,
-                **{k: v for k, v in m.items() if k.startswith(FAMILY_PREFIXES)},
-            }
-        )
+        rows.append(results_row(job.spec, job.load, episode, seed, m, base))
     return rows
+
+
+def results_row(
+    spec: str, load: float, episode: int, seed: int, metrics: dict, base_seed: int = 0
+) -> dict:
+    """One row of the results table (:data:`~mara_agents.evaluation.stats.COLUMNS`, then
+    the per-family metrics) from an episode's ``metrics`` (:func:`run_spec`'s)."""
+    return {
+        "scheduler": spec,
+        "load": load,
+        "episode": episode,
+        "seed": seed,
+        "completion_rate": metrics["completion_rate"],
+        **{k: metrics[k] for k in METRICS},
+        "base_seed": base_seed,
+        **{k: v for k, v in metrics.items() if k.startswith(FAMILY_PREFIXES)},
+    }
 
 
 def _run_on_ray(

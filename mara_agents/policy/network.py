@@ -23,7 +23,7 @@ The network is split the way the Multi-Agent Transformer splits encoder and deco
 env shows it); :mod:`mara_agents.policy.rounds` decodes a whole round with one ``encode``.  The
 critic is a separate small network on the global ``state``.
 
-Torch only (no ray): :mod:`mara_agents.policy.runtime` runs it from a policy file, and
+Torch only (no ray): :mod:`mara_agents.policy.inference` runs it from a policy file, and
 :mod:`mara_agents.training.rl_module` adapts it to RLlib for training.
 """
 

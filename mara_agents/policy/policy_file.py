@@ -1,4 +1,4 @@
-"""The policy runtime: policy files, loading them, and acting with them (torch, no ray).
+"""Policy files: the format, writing one, and reading one with every check (torch, no ray).
 
 A policy file is ``torch.save`` of a plain dict (loaded with ``weights_only=True``)::
 
@@ -11,35 +11,38 @@ A policy file is ``torch.save`` of a plain dict (loaded with ``weights_only=True
      "flow_share": {...FlowShareParams of the pred_nodes_needed / pred_share features...} | None,
      "flow_samples": <flow samples per task behind the features> | None}
 
-:func:`load_policy` checks a file and rebuilds :class:`~mara_agents.policy.network.MaraNet` from
-it (every defect is a :class:`PolicyFileError` naming the file, and so is a predictor
-checkpoint, flow_share rule or flow sample count that differs from the recorded ones: the
-features would mean something else; a file without the record loads with a warning, except
-one without ``flow_samples`` whose ``wrapper_options`` name ``n_samples``); :class:`MaraPolicy` acts
-on one observation dict; :class:`MaraAgent` drives the PettingZoo env for the evaluation
-harness (``reset(env, seed)`` / ``act(env, agent)``).  :mod:`mara_agents.training.export` writes
-policy files from training checkpoints.
+``flow_share`` and ``flow_samples`` are the predictor wrapper's
+:class:`~flow_predictor.wrapper.FeatureSettings` the policy was trained with; acting, its
+features are computed with them again (:func:`feature_settings_of`).
+
+:func:`read_policy` reads a file once per process and checks its header;
+:func:`build_network` rebuilds :class:`~mara_agents.policy.network.MaraNet` from it.  Every
+defect is a :class:`PolicyFileError` naming the file, and so is a flow checkpoint other
+than the recorded one; a file without the feature record acts with the wrapper's defaults,
+with a warning.  :mod:`mara_agents.training.export` writes policy files from training
+checkpoints; :mod:`mara_agents.policy.inference` acts with them.
 """
 
 from __future__ import annotations
 
-import contextlib
+import functools
 import hashlib
-import math
 import os
 import warnings
-from collections.abc import Iterator
-from dataclasses import asdict, fields, replace
+from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
-from flow_predictor.wrapper import PREDICTOR_FEATURES, WRAPPERS, make_predictor, wrap
-from mara_agents.policy.actor import RoundActor
+from flow_predictor.share_rule import FlowShareParams
+from flow_predictor.wrapper import (
+    PREDICTOR_FEATURES,
+    WRAPPERS,
+    FeatureSettings,
+    feature_settings,
+)
 from mara_agents.policy.network import MaraNet, ModelConfig, ObsLayout
-from mara_agents.policy.rounds import decode
 from mara_env.cluster_env import NODE_FEATURES, QUEUE_FEATURES, SLOT_FEATURES
 from mara_env.config import ClusterConfig
 
@@ -63,19 +66,22 @@ def save_policy(
     """Write ``net`` as a policy file; ``env_config`` as given to the RLlib env creator."""
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
+    wrapper = env_config.get("wrapper", "none")
+    options = env_config.get("wrapper_options") or {}
+    settings = feature_settings(wrapper, options)
     data = {
         "format": FORMAT,
         "version": VERSION,
         "layout": asdict(net.layout),
         "model": asdict(net.config),
         "env": env_config.get("cluster", {}),
-        "wrapper": env_config.get("wrapper", "none"),
+        "wrapper": wrapper,
         "wrapper_options": env_config.get("wrapper_options", {}),
         "state_dict": net.state_dict(),
         "source": source,
-        "predictor_sha256": _predictor_digest(env_config),
-        "flow_share": _flow_share_record(env_config),
-        "flow_samples": _flow_samples(env_config),
+        "predictor_sha256": _predictor_digest(wrapper, options),
+        "flow_share": None if settings is None else settings.rule.to_dict(),
+        "flow_samples": settings.samples if wrapper == "flow" else None,
     }
     # Written beside and renamed: an interrupted export never leaves a half-written file.
     tmp = out.with_name(out.name + ".tmp")
@@ -84,14 +90,13 @@ def save_policy(
     return out
 
 
-def _predictor_digest(env_config: dict[str, Any]) -> str | None:
+def _predictor_digest(wrapper: str, options: dict[str, Any] | None) -> str | None:
     """SHA-256 of the flow checkpoint the features come from (None without flow features)."""
-    if env_config.get("wrapper", "none") != "flow":
+    if wrapper != "flow":
         return None
     from flow_predictor.checkpoint import SHIPPED_CHECKPOINT
 
-    path = (env_config.get("wrapper_options") or {}).get("path") or SHIPPED_CHECKPOINT
-    return file_digest(path)
+    return file_digest((options or {}).get("path") or SHIPPED_CHECKPOINT)
 
 
 def file_digest(path: str | Path) -> str:
@@ -99,140 +104,61 @@ def file_digest(path: str | Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
-def _flow_share_record(env_config: dict[str, Any]) -> dict[str, float] | None:
-    """The flow_share parameters behind the wrapper's features (None without a wrapper)."""
-    if env_config.get("wrapper", "none") == "none":
+def feature_settings_of(path: str | Path, data: dict[str, Any]) -> FeatureSettings | None:
+    """The :class:`~flow_predictor.wrapper.FeatureSettings` a checked policy dict's features
+    were computed with (None without a wrapper); a flow checkpoint other than the recorded
+    one is a :class:`PolicyFileError` (its features would mean something else)."""
+    wrapper, options = data["wrapper"], data.get("wrapper_options") or {}
+    default = feature_settings(wrapper, options)
+    if default is None:
         return None
-    from flow_predictor.flow_share import DEFAULTS
-
-    return DEFAULTS.to_dict()
-
-
-def _flow_samples(env_config: dict[str, Any]) -> int | None:
-    """Flow samples per task behind the wrapper's features (None without flow features)."""
-    if env_config.get("wrapper", "none") != "flow":
-        return None
-    from flow_predictor.flow_share import FLOW_SAMPLES
-
-    return int((env_config.get("wrapper_options") or {}).get("n_samples", FLOW_SAMPLES))
-
-
-def _check_features(path: Path, data: dict[str, Any]) -> None:
-    """Refuse a policy whose predictor features this install computes differently."""
-    env = {"wrapper": data["wrapper"], "wrapper_options": data.get("wrapper_options")}
     try:
-        digest = _predictor_digest(env)
+        digest = _predictor_digest(wrapper, options)
     except OSError as exc:
         raise PolicyFileError(f"{path}: its flow checkpoint cannot be read: {exc}") from None
-    now = {"flow_share": _flow_share_record(env), "predictor_sha256": digest}
-    for key, current in now.items():
-        if current is None:
-            continue
-        if data.get(key) is None:
-            warnings.warn(
-                f"{path}: the policy file does not record its {key!r} (written before it was "
-                "recorded): unknown whether its predictor features match this install's",
-                stacklevel=3,
-            )
-        elif data[key] != current:
-            raise PolicyFileError(
-                f"{path}: trained with {key}={data[key]!r}, but this install computes the "
-                f"predictor features with {current!r}; retrain the policy, or use the "
-                "predictor and flow_share rule it was trained with"
-            )
-    samples, recorded = _flow_samples(env), data.get("flow_samples")
-    if samples is None or recorded == samples:
-        return
-    if recorded is not None:
+    recorded = data.get("predictor_sha256")
+    if digest is not None and recorded is not None and recorded != digest:
         raise PolicyFileError(
-            f"{path}: trained with flow_samples={recorded!r}, but this install computes its "
-            f"predictor features with {samples!r} (flow_share.FLOW_SAMPLES); retrain the "
-            f"policy, or use a release whose FLOW_SAMPLES is {recorded!r}"
+            f"{path}: trained with predictor_sha256={recorded!r}, but the flow checkpoint "
+            f"its wrapper_options name has {digest!r}; retrain the policy, or use the "
+            "predictor it was trained with"
         )
-    if "n_samples" not in (env["wrapper_options"] or {}):
-        # Such files were written while the flow features defaulted to 64 samples.
+    missing = [] if data.get("flow_share") is not None else ["flow_share"]
+    if wrapper == "flow":
+        missing += [] if recorded is not None else ["predictor_sha256"]
+        unknown = data.get("flow_samples") is None and "n_samples" not in options
+        missing += ["flow_samples"] if unknown else []
+    if missing:
         warnings.warn(
-            f"{path}: the policy file records no flow sample count and its wrapper_options "
-            f"name no n_samples (written when the default was 64): its predictor features "
-            f"are now computed with {samples} samples",
+            f"{path}: the policy file does not record its {missing} (written before they were "
+            f"recorded): its predictor features are computed with {default}",
             stacklevel=3,
         )
+    rule = data.get("flow_share")
+    try:
+        rule = default.rule if rule is None else FlowShareParams(**rule)
+    except (TypeError, ValueError) as exc:
+        raise PolicyFileError(f"{path}: 'flow_share' holds {rule!r}: {exc}") from None
+    samples = data.get("flow_samples") or default.samples
+    return FeatureSettings(rule=rule, samples=samples)
 
 
-class MaraPolicy:
-    """A loaded policy: ``act(obs) -> action`` for one node's observation dict."""
-
-    def __init__(self, net: MaraNet, meta: dict[str, Any], seed: int | None = None) -> None:
-        self.net = net.eval()
-        self.meta = meta
-        self.generator = torch.Generator().manual_seed(0 if seed is None else seed)
-        self._actor: RoundActor | None = None  # numpy copy of the actor, made when first used
-
-    @property
-    def wrapper(self) -> str:
-        return self.meta.get("wrapper", "none")
-
-    @property
-    def trained_nodes(self) -> int:
-        """The cluster size N the policy was trained on (the env default where unrecorded)."""
-        return trained_nodes(self.meta)
-
-    def slots_for(self, num_nodes: int) -> int:
-        """The slot count to observe a cluster of ``num_nodes`` with (:func:`slots_for`)."""
-        return slots_for(self.net.layout.num_slots, self.trained_nodes, num_nodes)
-
-    def with_slots(self, num_slots: int) -> MaraPolicy:
-        """The same weights observing ``num_slots`` slots (this policy if it has as many):
-        no weight of :class:`MaraNet` depends on the slot count."""
-        if num_slots == self.net.layout.num_slots:
-            return self
-        net = MaraNet(replace(self.net.layout, num_slots=num_slots), self.net.config)
-        net.load_state_dict(self.net.state_dict())
-        return MaraPolicy(net, self.meta)
-
-    def seed(self, seed: int) -> None:
-        """Reseed the sampling generator (only used with ``greedy=False``)."""
-        self.generator.manual_seed(seed)
-
-    def logits(self, obs: dict[str, np.ndarray]) -> np.ndarray:
-        """Masked logits ``(K + 1,)`` of one observation dict (``net.logits`` as numpy)."""
-        x = np.asarray(obs["observation"], np.float32)
-        lay = self.net.layout
-        if x.shape != (lay.obs_dim,):
-            raise ValueError(
-                f"observation has shape {x.shape}; this policy expects ({lay.obs_dim},) "
-                f"({lay.node_dim} node features + {lay.num_slots} slots x {lay.slot_dim}, "
-                f"wrapper={self.wrapper!r}): build the env with num_slots={lay.num_slots}"
-            )
-        mask = np.asarray(obs["action_mask"])
-        with torch.inference_mode():
-            out = self.net.logits(torch.from_numpy(x)[None], torch.from_numpy(mask)[None])
-        return out[0].numpy()
-
-    def act_round(self, obs: dict[str, np.ndarray], greedy: bool = True) -> np.ndarray:
-        """The ``N`` node actions of one round observation of
-        :class:`~mara_env.round_env.RoundEnv` (decoded node after node, each given the
-        earlier ones: the actions :meth:`act` would give node by node in the AEC env)."""
-        if greedy:
-            if self._actor is None:
-                self._actor = RoundActor(self.net)
-            return self._actor.greedy(obs)
-        batch = {k: torch.from_numpy(np.asarray(v))[None] for k, v in obs.items()}
-        with torch.inference_mode():
-            actions = decode(self.net, batch, greedy, self.generator)[0]
-        return actions[0].numpy()
-
-    def act(self, obs: dict[str, np.ndarray], greedy: bool = True) -> int:
-        """Action for one observation: argmax (default) or a sample from the seeded generator."""
-        logits = self.logits(obs)
-        if greedy:
-            return int(logits.argmax())
-        probs = torch.softmax(torch.from_numpy(logits), -1)
-        return int(torch.multinomial(probs, 1, generator=self.generator))
+def read_policy(path: str | Path = SHIPPED_POLICY) -> dict[str, Any]:
+    """The header-checked dict of a policy file, read once per process while the file is
+    unchanged (the harness's check, its size note and its agent share it; do not modify it)."""
+    path = Path(path)
+    try:
+        stamp = path.stat()
+        key: tuple[int, int] | None = (stamp.st_mtime_ns, stamp.st_size)
+    except OSError:
+        key = None  # _read names what is wrong with it
+    return _read(path, key)
 
 
-def _read(path: Path) -> dict[str, Any]:
-    """The header-checked dict of a policy file."""
+@functools.lru_cache(maxsize=8)
+def _read(path: Path, stamp: tuple[int, int] | None) -> dict[str, Any]:
+    """The header-checked dict of the policy file at ``path`` (``stamp``: its modification
+    time and size, so that a rewritten file is read again)."""
     if not path.exists():
         raise PolicyFileError(f"policy file {str(path)!r} does not exist")
     if not path.is_file():
@@ -285,7 +211,7 @@ def _section(path: Path, cls: type, values: Any, key: str, complete: bool) -> An
     raise PolicyFileError(f"{path}: {key!r} holds {got}; expected the keys {names}")
 
 
-def _network(path: Path, data: dict[str, Any]) -> MaraNet:
+def build_network(path: str | Path, data: dict[str, Any]) -> MaraNet:
     """The network a checked policy dict describes, with its weights loaded."""
     layout = _section(path, ObsLayout, data["layout"], "layout", complete=True)
     config = _section(path, ModelConfig, data["model"], "model", complete=False)
@@ -335,25 +261,15 @@ def _network(path: Path, data: dict[str, Any]) -> MaraNet:
     return net
 
 
-def load_policy(path: str | Path = SHIPPED_POLICY, seed: int | None = None) -> MaraPolicy:
-    """Load a policy file written by ``mara export`` (default: the shipped one)."""
-    path = Path(path)
-    data = _read(path)
-    net = _network(path, data)
-    _check_features(path, data)
-    meta = {k: v for k, v in data.items() if k != "state_dict"}
-    return MaraPolicy(net, meta, seed)
-
-
 def warm_start_weights(path: str | Path) -> dict[str, torch.Tensor]:
     """The ``MaraNet`` weights a run starts from (``pretrain.init_weights``): a state dict
     (the clone of ``mara train --pretrain-only``) or a policy file (``mara export``, such
-    as the shipped policy, whose header and weights are checked as :func:`load_policy`
-    does); a policy file's critic comes with it."""
+    as the shipped policy, whose header and weights are checked as
+    :func:`build_network` does); a policy file's critic comes with it."""
     path = Path(path)
     data = torch.load(path, map_location="cpu", weights_only=True)
     if isinstance(data, dict) and data.get("format") == FORMAT:
-        return _network(path, _checked(path, data)).state_dict()
+        return build_network(path, _checked(path, data)).state_dict()
     return data
 
 
@@ -361,128 +277,3 @@ def trained_nodes(meta: dict[str, Any]) -> int:
     """The cluster size of a policy file's training env: its recorded ``num_nodes``, else
     the env's default, which the training env then had."""
     return int((meta.get("env") or {}).get("num_nodes", ClusterConfig().num_nodes))
-
-
-def slots_for(trained_slots: int, trained_nodes: int, num_nodes: int) -> int:
-    """Slots for a cluster of ``num_nodes``: the trained count, or as many per node as in
-    training where that is more (``max(K, ceil(K * N / N_trained))``).
-
-    A node sees only the ``K`` earliest-deadline tasks, so at a fixed ``K`` a big cluster
-    hides most of the tasks that uniform share and flow_share serve; the trained ratio
-    keeps ``K >= N`` (so the wrapper's ``pred_share`` is flow_share's count, which needs
-    every task that gets a node visible) and keeps the features divided by ``K``
-    (``active_tasks``, ``queued_tasks``, ``queue_count``) on the scale of training."""
-    return max(trained_slots, math.ceil(trained_slots * num_nodes / trained_nodes))
-
-
-def size_note(arg: str, config: ClusterConfig) -> str | None:
-    """One line for a run of ``mara=ARG`` at a cluster size the policy was not trained and
-    validated for (None at its trained size)."""
-    path = Path(arg or SHIPPED_POLICY)
-    data = _read(path)
-    n_train, k_train = trained_nodes(data), int(data["layout"]["num_slots"])
-    n = config.num_nodes
-    if n == n_train:
-        return None
-    k = slots_for(k_train, n_train, n)
-    return (
-        f"policy {path.name} was trained and validated on N={n_train} nodes with K={k_train} "
-        f"slots; running it on N={n} nodes with K={k} slots, a size it was not trained for"
-    )
-
-
-class MaraAgent:
-    """Env-driven agent for the evaluation harness: ``reset(env, seed)``, then
-    ``act_round(env)`` once per round (or ``act(env, agent)`` node by node).
-
-    ``env`` is the AEC env the harness steps; when the policy was trained with predictor
-    features, the agent observes through its own copy of the same observation wrapper,
-    whose predictor it builds once.  It decodes all ``N`` nodes' actions of a round from
-    the round's observation (:class:`~mara_env.round_env.RoundEnv`'s view of the same env,
-    one slot encoding per round); :meth:`act` hands them out node by node.  They are the
-    actions the policy gives each node's own observation (tested).  Build one agent and
-    reset it for every episode: the policy file and the flow checkpoint are read once.
-
-    On a cluster of another size it observes :meth:`slots_for` ``(N)`` slots (the harness
-    builds the env so), acting with the trained weights on as many slots as the env has.
-    """
-
-    def __init__(
-        self, policy: MaraPolicy | str | Path = SHIPPED_POLICY, greedy: bool = True
-    ) -> None:
-        self.policy = policy if isinstance(policy, MaraPolicy) else load_policy(policy)
-        self.greedy = greedy
-        self.name = "mara"
-        # the slot count the policy was trained on; the harness builds this agent's env
-        # with slots_for(N) slots, and reset acts with as many
-        self.num_slots = self.policy.net.layout.num_slots
-        self._trained = self.policy
-        self._predictor = make_predictor(self.policy.wrapper, self._wrapper_options)
-        self._rounds: Any = None
-        self._index: dict[str, int] = {}
-        self._actions: list[int] = []
-
-    @property
-    def _wrapper_options(self) -> dict[str, Any] | None:
-        return self.policy.meta.get("wrapper_options")
-
-    def slots_for(self, num_nodes: int) -> int:
-        """The slot count the harness builds the env of a ``num_nodes`` cluster with."""
-        return self._trained.slots_for(num_nodes)
-
-    def reset(self, env: Any, seed: int) -> None:
-        """Call right after ``env.reset(seed=seed)``; acts with as many slots as ``env`` has
-        (the trained weights, :meth:`MaraPolicy.with_slots`)."""
-        from mara_env.round_env import RoundEnv
-
-        k = env.unwrapped.engine.config.num_slots
-        if k != self.policy.net.layout.num_slots:
-            self.policy = self._trained.with_slots(k)
-        self.policy.seed(seed)
-        # A fresh view per episode (the wrapper caches predictions per task), around the
-        # predictor built once.
-        view = wrap(env, self.policy.wrapper, self._wrapper_options, self._predictor)
-        self._rounds = RoundEnv(view)
-        self._index = {a: i for i, a in enumerate(self._rounds.engine.agents)}
-        self._actions = []
-
-    def act_round(self, env: Any) -> np.ndarray:
-        """The ``N`` node actions of the round ``env`` is at the start of."""
-        with single_thread():
-            return self.policy.act_round(self._rounds.observe(), greedy=self.greedy)
-
-    def act(self, env: Any, agent: str) -> int:
-        """The action of ``agent`` (the env's current agent)."""
-        i = self._index[agent]
-        if i == 0:
-            self._actions = self.act_round(env).tolist()
-        return int(self._actions[i])
-
-
-@contextlib.contextmanager
-def single_thread() -> Iterator[None]:
-    """torch and numpy's BLAS on one thread inside, the caller's thread counts restored
-    after: one round is a few small arrays, where more threads only add overhead (and
-    contention with the harness's other worker processes)."""
-    from flow_predictor.model import single_threaded_blas
-
-    threads = torch.get_num_threads()
-    with single_threaded_blas():
-        if threads == 1:
-            yield
-            return
-        torch.set_num_threads(1)
-        try:
-            yield
-        finally:
-            torch.set_num_threads(threads)
-
-
-def make_agent(arg: str = "") -> MaraAgent:
-    """Harness factory for ``mara=POLICY.pt`` (empty ``POLICY.pt``: the shipped policy)."""
-    return MaraAgent(arg or SHIPPED_POLICY)
-
-
-def check_policy(arg: str = "") -> None:
-    """Raise :class:`PolicyFileError` now if ``mara=ARG`` names no usable policy file."""
-    load_policy(arg or SHIPPED_POLICY)

@@ -8,13 +8,16 @@ it this module rebuilds what the AEC env shows node ``i`` once nodes ``< i`` hav
 node) and runs the network on it:
 
 * :func:`decode`: the nodes' actions one after another, each given the earlier ones (the
-  Multi-Agent Transformer's decoder), with one :meth:`MaraNet.encode` per round;
+  Multi-Agent Transformer's decoder), with one :meth:`MaraNet.encode` per round: greedy
+  by :func:`greedy_fixed_point` (the one greedy decoder), sampled node after node;
 * :func:`teacher_forced_logits`: every node's logits given the round's actions, in one
   batched call (what PPO trains on);
 * :func:`round_value`: the centralized critic, once per round.
 
-:class:`mara_agents.training.rl_module.MaraRoundModule` trains through these; the evaluation
-harness's :class:`mara_agents.policy.runtime.MaraAgent` acts through :func:`decode`.
+Every one of them reads the per-node features from :func:`per_node_features`, the one
+rule that rebuilds them in torch.  :class:`mara_agents.training.rl_module.MaraRoundModule`
+trains through these; :meth:`mara_agents.policy.inference.MaraPolicy.act_round` (what the
+evaluation harness acts with) decodes through :func:`decode`.
 """
 
 from __future__ import annotations
@@ -110,12 +113,14 @@ def decode(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Actions ``(B, N)``, their summed log-prob ``(B,)`` and the logits ``(B, N, K + 1)``:
     node after node, each given the earlier nodes' actions (greedy: by
-    :func:`greedy_fixed_point`, which gives the same actions in a few batched passes)."""
+    :func:`greedy_fixed_point`, which gives those actions in a few batched passes;
+    sampled: by :func:`_sample_in_turn`, from ``generator``)."""
     if greedy:
         acts, logit_all = greedy_fixed_point(net, obs)
-        logp = torch.log_softmax(logit_all, -1).gather(-1, acts[..., None]).squeeze(-1).sum(-1)
-        return acts, logp, logit_all
-    return _decode_in_turn(net, obs, greedy, generator)
+    else:
+        acts, logit_all = _sample_in_turn(net, obs, generator)
+    logp = torch.log_softmax(logit_all, -1).gather(-1, acts[..., None]).squeeze(-1).sum(-1)
+    return acts, logp, logit_all
 
 
 def greedy_fixed_point(net: MaraNet, obs: Obs) -> tuple[torch.Tensor, torch.Tensor]:
@@ -145,10 +150,11 @@ def greedy_fixed_point(net: MaraNet, obs: Obs) -> tuple[torch.Tensor, torch.Tens
     return acts, logits
 
 
-def _decode_in_turn(
-    net: MaraNet, obs: Obs, greedy: bool, generator: torch.Generator | None = None
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """:func:`decode` one node at a time (sampling needs the earlier nodes' samples)."""
+def _sample_in_turn(
+    net: MaraNet, obs: Obs, generator: torch.Generator | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sampled actions ``(B, N)`` and their logits ``(B, N, K + 1)``, one node at a time
+    (each node's sample needs the earlier nodes')."""
     k = net.layout.num_slots
     n = obs["nodes"].shape[1]
     enc = net.encode(obs["slots"], obs["action_mask"], reads=False)  # valid choices only
@@ -157,9 +163,9 @@ def _decode_in_turn(
     # the counts of earlier choices per slot, and of idle in a last column (not read)
     chosen = pending.new_zeros(len(pending), k + 1)
     inv = inverse_caps(obs)
-    if not greedy:  # Gumbel-max: argmax(logits + G) is a sample of softmax(logits)
-        u = torch.rand((*one_hot.shape[:2], k + 1), generator=generator, device=one_hot.device)
-        gumbel = -torch.log(-torch.log(u.clamp(min=1e-20)))
+    # Gumbel-max: argmax(logits + G) is a sample of softmax(logits)
+    u = torch.rand((*one_hot.shape[:2], k + 1), generator=generator, device=one_hot.device)
+    gumbel = -torch.log(-torch.log(u.clamp(min=1e-20)))
     # each node's slices, taken once: (B, 1, ...) views
     mines, score_nodes, idle_nodes = (x.split(1, dim=1) for x in (one_hot, *node_terms))
     ones = chosen.new_ones(len(chosen), 1)
@@ -168,14 +174,12 @@ def _decode_in_turn(
         counts = chosen[:, None, :k]
         feats, mask = per_node_features(obs, mines[i], counts, pending[:, None], inv)
         logit = net.head(enc, (score_nodes[i], idle_nodes[i]), feats, mask)[:, 0]
-        a = logit.argmax(-1) if greedy else (logit + gumbel[:, i]).argmax(-1)
+        a = (logit + gumbel[:, i]).argmax(-1)
         chosen = chosen.scatter_add(1, a[:, None], ones)
         pending = pending - mines[i][:, 0]
         actions.append(a)
         logits.append(logit)
-    acts, logit_all = torch.stack(actions, 1), torch.stack(logits, 1)
-    logp = torch.log_softmax(logit_all, -1).gather(-1, acts[..., None]).squeeze(-1).sum(-1)
-    return acts, logp, logit_all
+    return torch.stack(actions, 1), torch.stack(logits, 1)
 
 
 def teacher_forced_logits(net: MaraNet, obs: Obs, actions: torch.Tensor) -> torch.Tensor:

@@ -1,7 +1,7 @@
 """Export a trained policy to a policy file: from an RLlib checkpoint or a warm start.
 
 The file format, its loader and the runtime that acts with it are in
-:mod:`mara_agents.policy.runtime` (torch only); this module reads RLlib's checkpoint layout.
+:mod:`mara_agents.policy.policy_file` (torch only); this module reads RLlib's checkpoint layout.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import torch
 from ray.rllib.core import DEFAULT_MODULE_ID
 
 from mara_agents.policy.network import MaraNet, ObsLayout, model_config_from
-from mara_agents.policy.runtime import save_policy
+from mara_agents.policy.policy_file import save_policy
 from mara_agents.training.experiment import Experiment
 from mara_agents.training.rl_module import SHARED_MODULE_ID, round_layout
 from mara_env.cluster_env import QUEUE_FEATURES
@@ -56,7 +56,7 @@ MOVED_MODULES = {
     for name in ("ppo", "group", "rl_module", "rllib_env", "curves", "train", "clone")
 } | {
     "mara_agents.network": "mara_agents.policy.network",
-    "mara_agents.policy": "mara_agents.policy.runtime",
+    "mara_agents.policy": "mara_agents.policy.policy_file",
 }
 
 

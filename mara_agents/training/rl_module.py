@@ -32,15 +32,15 @@ from ray.rllib.core.rl_module.apis.value_function_api import ValueFunctionAPI
 from ray.rllib.core.rl_module.torch import TorchRLModule
 
 from mara_agents.policy.network import MaraNet, ObsLayout, model_config_from
+from mara_agents.policy.policy_file import warm_start_weights
 from mara_agents.policy.rounds import decode, round_value, teacher_forced_logits
-from mara_agents.policy.runtime import warm_start_weights
 
 SHARED_MODULE_ID = "shared"
 
 
 def _build_net(module: TorchRLModule, layout: ObsLayout) -> MaraNet:
     """The module's network; ``model_config["init_weights"]``: a state dict or policy file
-    to load (:func:`~mara_agents.policy.runtime.warm_start_weights`)."""
+    to load (:func:`~mara_agents.policy.policy_file.warm_start_weights`)."""
     net = MaraNet(layout, model_config_from(module.model_config))
     init = (module.model_config or {}).get("init_weights")
     if init:

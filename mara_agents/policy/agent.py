@@ -1,0 +1,115 @@
+"""The learned policy as an agent of the evaluation harness (torch, no ray).
+
+:class:`MaraAgent` drives the AEC env the harness steps, observing it through its own copy
+of the predictor wrapper the policy was trained with (the settings its file records);
+:func:`make_agent`, :func:`check_policy` and :func:`size_note` are what the harness's
+registry calls for ``mara=POLICY.pt`` specs.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from flow_predictor.remaining import FLOW_SAMPLES
+from flow_predictor.wrapper import make_predictor, wrap
+from mara_agents.policy.inference import MaraPolicy, load_policy, single_thread, slots_for
+from mara_agents.policy.policy_file import SHIPPED_POLICY, read_policy, trained_nodes
+from mara_env.config import ClusterConfig
+
+
+class MaraAgent:
+    """The learned policy as the harness's :class:`~mara_agents.evaluation.registry.Agent`:
+    ``reset(env, seed)``, then ``act_round(env)`` once per round (or ``act(env, agent)``
+    node by node).
+
+    ``env`` is the AEC env the harness steps; when the policy was trained with predictor
+    features, the agent observes through its own copy of the same observation wrapper,
+    whose predictor it builds once.  It decodes all ``N`` nodes' actions of a round from
+    the round's observation (:class:`~mara_env.round_env.RoundEnv`'s view of the same env,
+    one slot encoding per round); :meth:`act` hands them out node by node.  They are the
+    actions the policy gives each node's own observation (tested).  Build one agent and
+    reset it for every episode: the policy file and the flow checkpoint are read once.
+
+    On a cluster of another size it observes :meth:`slots_for` ``(N)`` slots (the harness
+    builds the env so), acting with the trained weights on as many slots as the env has.
+    """
+
+    def __init__(
+        self, policy: MaraPolicy | str | Path = SHIPPED_POLICY, greedy: bool = True
+    ) -> None:
+        self.policy = policy if isinstance(policy, MaraPolicy) else load_policy(policy)
+        self.greedy = greedy
+        self.name = "mara"
+        self._trained = self.policy  # the trained slot count; reset acts with the env's
+        features = self.policy.features
+        samples = FLOW_SAMPLES if features is None else features.samples
+        self._predictor = make_predictor(self.policy.wrapper, self._wrapper_options, samples)
+        self._rounds: Any = None
+        self._index: dict[str, int] = {}
+        self._actions: list[int] = []
+
+    @property
+    def _wrapper_options(self) -> dict[str, Any] | None:
+        return self.policy.meta.get("wrapper_options")
+
+    def slots_for(self, num_nodes: int) -> int:
+        """The slot count the harness builds the env of a ``num_nodes`` cluster with."""
+        return self._trained.slots_for(num_nodes)
+
+    def reset(self, env: Any, seed: int) -> None:
+        """Call right after ``env.reset(seed=seed)``; acts with as many slots as ``env`` has
+        (the trained weights, :meth:`MaraPolicy.with_slots`)."""
+        from mara_env.round_env import RoundEnv
+
+        k = env.unwrapped.engine.config.num_slots
+        if k != self.policy.net.layout.num_slots:
+            self.policy = self._trained.with_slots(k)
+        self.policy.seed(seed)
+        # A fresh view per episode (the wrapper caches predictions per task), around the
+        # predictor built once.
+        policy = self.policy
+        view = wrap(env, policy.wrapper, self._wrapper_options, self._predictor, policy.features)
+        self._rounds = RoundEnv(view)
+        self._index = {a: i for i, a in enumerate(self._rounds.engine.agents)}
+        self._actions = []
+
+    def act_round(self, env: Any) -> np.ndarray:
+        """The ``N`` node actions of the round ``env`` is at the start of."""
+        with single_thread():
+            return self.policy.act_round(self._rounds.observe(), greedy=self.greedy)
+
+    def act(self, env: Any, agent: str) -> int:
+        """The action of ``agent`` (the env's current agent)."""
+        i = self._index[agent]
+        if i == 0:
+            self._actions = self.act_round(env).tolist()
+        return int(self._actions[i])
+
+
+def make_agent(arg: str = "") -> MaraAgent:
+    """Harness factory for ``mara=POLICY.pt`` (empty ``POLICY.pt``: the shipped policy)."""
+    return MaraAgent(arg or SHIPPED_POLICY)
+
+
+def check_policy(arg: str = "") -> None:
+    """Raise :class:`PolicyFileError` now if ``mara=ARG`` names no usable policy file."""
+    load_policy(arg or SHIPPED_POLICY)
+
+
+def size_note(arg: str, config: ClusterConfig) -> str | None:
+    """One line for a run of ``mara=ARG`` at a cluster size the policy was not trained and
+    validated for (None at its trained size)."""
+    path = Path(arg or SHIPPED_POLICY)
+    data = read_policy(path)
+    n_train, k_train = trained_nodes(data), int(data["layout"]["num_slots"])
+    n = config.num_nodes
+    if n == n_train:
+        return None
+    k = slots_for(k_train, n_train, n)
+    return (
+        f"policy {path.name} was trained and validated on N={n_train} nodes with K={k_train} "
+        f"slots; running it on N={n} nodes with K={k} slots, a size it was not trained for"
+    )
