@@ -177,6 +177,7 @@ def test_evaluate_refuses_a_finished_run_and_replaces_it_with_force(tmp_path, ca
     assert main([*EVALUATE, "--out", str(out)]) == 0
     before = snapshot(out)
     assert any(name.startswith("tb/") for name in before)
+    assert [p.name for p in out.glob(".*")] == [MARKER]  # written atomically: no temporaries
     refused([*EVALUATE, "--out", str(out)], capsys, f"--out {out}: not empty", "--force")
     assert snapshot(out) == before  # results.csv kept, tb/ not mixed
     assert main([*EVALUATE, "--out", str(out), "--force"]) == 0

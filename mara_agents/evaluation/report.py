@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -20,6 +21,7 @@ from mara_agents.evaluation.stats import (
     paired_differences,
     summarise,
 )
+from mara_agents.outputs import atomic_path, atomic_write
 from mara_agents.scalars import ScalarWriter
 
 REFERENCE = "lara"
@@ -163,13 +165,22 @@ def write_outputs(df: pd.DataFrame, out_dir: str | os.PathLike, reference: str =
     families) and ``tb/`` in ``out_dir``."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    df.to_csv(out / "results.csv", index=False)
-    (out / "summary.md").write_text(summary_markdown(df, reference))
+    atomic_write(out / "results.csv", df.to_csv(index=False).encode())
+    atomic_write(out / "summary.md", summary_markdown(df, reference).encode())
     subject = reference if reference in set(df["scheduler"]) else POLICY
     plot_completion(df, out / "completion_vs_load.png", subject)
     plot_paired_differences(df, reference, out / PAIRED_PLOT)
     plot_families(df, out / "completion_by_family.png")
     write_tensorboard(df, out / "tb")
+
+
+def save_figure(fig: Any, path: str | os.PathLike, dpi: int) -> None:
+    """Write a matplotlib figure to ``path`` atomically (no half-written image) and close it."""
+    import matplotlib.pyplot as plt
+
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=dpi)
+    plt.close(fig)
 
 
 def plot_allocation(panels: list[tuple[str, np.ndarray]], path: str | os.PathLike) -> None:
@@ -190,8 +201,7 @@ def plot_allocation(panels: list[tuple[str, np.ndarray]], path: str | os.PathLik
         ax.set_ylabel("node")
     axes[-1, 0].set_xlabel("tick")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path, dpi=110)
 
 
 # How the completion plot tells lines apart. The subject (the shipped policy, or whatever the
@@ -294,8 +304,7 @@ def plot_completion(df: pd.DataFrame, path: str | os.PathLike, subject: str = PO
     # Beside the axes: inside, it covered the curves wherever they ran high (loads 1 to 1.4).
     ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0, fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path, dpi=120)
 
 
 def plot_paired_differences(df: pd.DataFrame, reference: str, path: str | os.PathLike) -> bool:
@@ -357,8 +366,7 @@ def plot_paired_differences(df: pd.DataFrame, reference: str, path: str | os.Pat
         fontsize=9,
     )
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path, dpi=120)
     return True
 
 
@@ -392,8 +400,7 @@ def plot_families(df: pd.DataFrame, path: str | os.PathLike) -> None:
     axes[0].set_ylabel("completion rate (pooled)")
     axes[-1].legend(fontsize=7, loc="upper right")
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path, dpi=120)
 
 
 def write_tensorboard(df: pd.DataFrame, log_dir: str | os.PathLike) -> None:
