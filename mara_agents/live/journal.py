@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
+
+from mara_agents.outputs import atomic_write
 
 JOURNAL = "journal.jsonl"
 CHECKPOINTS = "checkpoints"
@@ -23,21 +24,6 @@ CHECKPOINTS = "checkpoints"
 
 class JournalError(ValueError):
     """A journal cannot be resumed: missing, corrupt, or from other settings."""
-
-
-def atomic_write(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` so that no reader ever sees a half-written file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
 
 
 class Journal:
