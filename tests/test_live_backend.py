@@ -8,6 +8,9 @@ same scheduler must then make the same decisions on both, tick for tick.
 from __future__ import annotations
 
 import json
+import os
+import re
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -217,6 +220,62 @@ def test_mara_live_rejects_bad_input_before_anything_is_written(tmp_path, capsys
     assert not out.exists()
 
 
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"scheduler": "oracle"}, "'oracle' cannot run live: LiveCluster does not know"),
+        ({"scheduler": "lara:predictor=oracle"}, "cannot run live"),
+        ({"out": "a_file"}, "a_file: is a file; expected a directory"),
+        ({"params": "{n: 10, batch: 100000}"}, "job 'b': .*batch=100000: expected an integer"),
+    ],
+)
+def test_mara_live_refuses_before_ray_starts_and_leaves_nothing(tmp_path, capsys, change, message):
+    import sys
+
+    from mara_agents.cli import main
+
+    (tmp_path / "a_file").write_text("mine")
+    text = GOOD.replace("target: 0.4,", f"target: 0.4, params: {change.get('params', '{}')},")
+    out = tmp_path / change.get("out", "out")
+    args = ["live", str(_write(tmp_path, text)), "--out", str(out)]
+    assert main([*args, "--scheduler", change.get("scheduler", "uniform")]) == 2
+    err = capsys.readouterr().err
+    assert re.search(message, err) and len(err.strip().splitlines()) == 1, err
+    assert "ray" not in sys.modules or not sys.modules["ray"].is_initialized()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a_file", "jobs.yaml"]
+    assert (tmp_path / "a_file").read_text() == "mine"
+
+
+def test_a_diverged_job_fails_at_once_and_frees_its_nodes():
+    traces = load_traces(split="val")
+    config = ClusterConfig(load=1.5, split="val", reassign_cost=False, horizon=20)
+    _, live = _twin(config, traces, 2)
+    serve = live.pool.run
+    served, victim = [], []
+
+    def run(slices, seconds):  # job 0 diverges in its third slice
+        out = serve(slices, seconds)
+        served.extend(s.task for s in slices if s.task == 0)
+        if 0 in out and len(served) == 3:
+            out[0] = {"status": "failed", "error": "DivergedError: training loss is nan"}
+            victim.append(live.t)
+        return out
+
+    live.pool.run = run
+    live.reset()
+    sched = make_scheduler("uniform")
+    sched.reset(live, np.random.default_rng(0))
+    while not live.done:
+        live.tick(sched.assign(live))
+        if victim and live.t == victim[0] + 1:  # the tick in which it failed has ended
+            assert live.failed[0] == "DivergedError: training loss is nan"
+            assert not (live.node_task == 0).any() and live.nodes_now[0] == 0
+    assert victim
+    assert live.finish_tick[0] == victim[0] + 1
+    others = live.node_ticks_used[1:]
+    assert others.sum() > 0 and len(live.failed) == 1  # the others went on
+
+
 # ---- the journal ---------------------------------------------------------------------
 def test_a_torn_last_line_is_dropped_and_other_corruption_is_named(tmp_path):
     j = Journal(tmp_path)
@@ -291,3 +350,37 @@ def test_a_resumed_run_replays_its_journal_and_decides_as_the_uninterrupted_one(
     assert resumed.metrics() == whole.metrics()
     ticks = journal.read()[1]
     assert [r["t"] for r in ticks] == list(range(len(decided)))
+
+
+# ---- no orphans ----------------------------------------------------------------------
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc (Linux)")
+def test_a_killed_drivers_processes_are_ended_by_the_next_run(tmp_path, monkeypatch):
+    import subprocess
+    import sys
+
+    from mara_agents.live import processes
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    # a "driver" that starts a child (its Ray, here a sleeper) and is then killed
+    code = "import subprocess, time; subprocess.Popen(['sleep', '120']); time.sleep(120)"
+    driver = subprocess.Popen([sys.executable, "-c", code])
+    while not processes.descendants(driver.pid):
+        time.sleep(0.02)
+    (orphan,) = processes.descendants(driver.pid)
+    started = processes._stat(orphan)[1]
+    folder = processes.records()
+    folder.mkdir(parents=True)
+    record = {"processes": [[orphan, started]]}
+    (folder / f"{driver.pid}-{processes._stat(driver.pid)[1]}.json").write_text(json.dumps(record))
+    # a live driver's record and a pid whose start time does not match are left alone
+    me = f"{os.getpid()}-{processes._stat(os.getpid())[1]}.json"
+    (folder / me).write_text(json.dumps(record))
+    assert processes.reap() == [] and processes._stat(orphan) is not None
+    (folder / me).unlink()
+    driver.kill()
+    driver.wait()
+    assert processes._stat(orphan) is not None  # outlives its driver
+    stale = {"processes": [[orphan, started + 1]]}
+    (folder / "999999999-1.json").write_text(json.dumps(stale))
+    assert processes.reap() == [orphan]
+    assert processes._stat(orphan) is None and not list(folder.iterdir())

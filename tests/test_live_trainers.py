@@ -250,3 +250,36 @@ def test_the_trainers_import_torch_but_not_ray() -> None:
     )
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+def _spec(**params) -> dict:
+    return {"name": "j", "trainer": "lm", "params": params, "seed": 0}
+
+
+def test_a_slice_evaluates_every_eval_every_steps_and_stops_at_the_target() -> None:
+    from mara_agents.live.worker import NodeWorker
+
+    start = make_trainer("lm", {}, seed=0).evaluate()
+    spec = {**_spec(), "target": start - 0.5, "eval_every": 4}  # reached within a few evals
+    out = NodeWorker(0).run_slice(spec, 1, 0, 1, None, None, 30.0, 10.0)
+    steps = [s for s, _ in out["evals"]]
+    assert steps == list(range(4, 4 * len(steps) + 1, 4))
+    losses = [v for _, v in out["evals"]]
+    assert out["passed"] and losses[-1] <= spec["target"] < min(losses[:-1], default=9e9)
+    assert out["steps"] == steps[-1]  # it stopped at that evaluation, long before 30 s
+    far = {**spec, "target": 1e-6, "eval_every": 3}
+    out = NodeWorker(0).run_slice(far, 1, 0, 1, None, None, 0.5, 10.0)
+    assert not out["passed"] and all(s % 3 == 0 for s, _ in out["evals"])
+    last = out["evals"][-1][0] if out["evals"] else 0  # the slice ran to its end
+    assert 0 <= out["steps"] - last < 3
+
+
+def test_a_diverging_job_fails_with_that_reason() -> None:
+    from mara_agents.live.worker import NodeWorker
+
+    spec = {**_spec(lr=float("inf")), "target": 0.1, "eval_every": 5}
+    probe = NodeWorker(0).probe(spec, 0.2)
+    assert "DivergedError: training loss is nan at step 1" in probe["error"]
+    out = NodeWorker(0).run_slice(spec, 1, 0, 1, None, None, 2.0, 10.0)
+    assert out["error"].startswith("DivergedError: training loss is nan at step 1")
+    assert not out["communication"]  # the job's own failure, not a lost worker
