@@ -216,14 +216,10 @@ def write_live_outputs(
 ) -> pd.DataFrame:
     """Every output file of a live run (the results table is returned)."""
     from mara_agents.evaluation.report import plot_allocation, summary_markdown
-    from mara_agents.evaluation.stats import COLUMNS
+    from mara_agents.evaluation.runner import results_row
 
     allocation = metrics.pop("allocation", None)
-    row = {"scheduler": scheduler, "load": live.jobs.load, "episode": 0, "seed": 0}
-    row.update(metrics)
-    row["base_seed"] = 0
-    order = [*COLUMNS, *[k for k in row if k not in COLUMNS]]
-    df = pd.DataFrame([row])[order]
+    df = pd.DataFrame([results_row(scheduler, live.jobs.load, 0, 0, metrics)])
     _write_csv(df, out / "results.csv")
     atomic_write(out / "summary.md", summary_markdown(df, scheduler).encode())
     _write_csv(job_table(live), out / "jobs.csv")
