@@ -1,10 +1,10 @@
-"""The compiled per-tick path of the flow model: the numbers of the numpy path before it.
+"""The per-tick path of the flow model: the numbers of the plain numpy path.
 
-The featuriser, the ODE's elementwise steps, the crossing read-out and the wrapper's
-features are compiled with numba (``cache=True``).  Compiled, they compute what the numpy
-path computed, in the same order: predictions agree to the last bits of a few exp/log
-calls (pinned below at 1e-5 relative, for BLAS kernels that differ between CPUs), and
-flow_share, planning with the shipped flow model, completes exactly the same tasks.
+The featuriser, the crossing read-out and the wrapper's features are compiled with numba
+(``cache=True``); the ODE solver is numpy.  Compiled, they compute what the numpy path
+computed, in the same order: predictions agree within the float32 rounding of the solve
+(the tolerance below says how much that is), and flow_share, planning with the shipped
+flow model, completes the same tasks (decisions, not floats, are pinned exactly).
 """
 
 from __future__ import annotations
@@ -25,7 +25,12 @@ torch.set_num_threads(1)
 # Prefixes of the shipped val split (trace 37 * i, its first LENGTHS[i] reports), predicted in
 # one batch, target 0.9 x the lowest loss so far: quantiles 0.1 / 0.5 / 0.9 of remaining
 # work as the numpy path gave them (the two shortest are fallbacks: unknown, and WLS's
-# "never").
+# "never").  Tolerance: the solve runs in float32 (widths 128-256, four steps); on these
+# prefixes its quantiles are within 7.2e-6 relative of a float64 solve of the same network
+# (measured on an AMD EPYC).  Another float32 solve (other BLAS kernels, another CPU's exp)
+# is as far on the other side, so two may differ by ~1.5e-5, as an Intel Xeon did against
+# these pins; QUANTILE_RTOL leaves a factor of about 7 above that.
+QUANTILE_RTOL = 1e-4
 LENGTHS = (1, 2, 3, 4, 6, 9, 14, 22, 35, 60, 100, 160)
 PINNED_QUANTILES = [
     [np.nan, np.nan, np.nan],
@@ -43,16 +48,18 @@ PINNED_QUANTILES = [
 ]
 # (completed, expired, reassignments, wasted node-ticks) of flow_share with the shipped flow
 # model, episodes 0-3 of `mara evaluate --split val` at each load, as the numpy path gave them
-# on the machine that pinned them.  On an AMD EPYC without AVX-512 the numpy path itself gives
-# (55, 46, 260, 1089) for the first episode at load 2: numpy and OpenBLAS pick their kernels by
-# CPU (numpy's AVX-512 exp and log, for one, differ from the others in the last bit), and
-# flow_share's choice in a tick or two then goes the other way.  So the completions and
+# on the machine that pinned them (re-pinned for the completion rule of commit f794556; the
+# solver with numba's hand-written exp and the plain numpy one give these same figures).
+# numpy and OpenBLAS pick their kernels by CPU (numpy's AVX-512 exp and log, for one, differ
+# from the others in the last bit), and flow_share's choice in a tick or two then goes the
+# other way: before the re-pin, a CPU with AVX-512 gave (55, 46, 261, 1070) for the first
+# episode at load 2 where one without gave (55, 46, 260, 1089).  So the completions and
 # expiries are pinned exactly and the two counts of moves within REL_MOVES.
 REL_MOVES = 0.03
 PINNED_EPISODES = {
-    1.0: [(44, 6, 258, 371), (40, 10, 253, 464), (41, 12, 271, 555), (42, 10, 316, 534)],
-    1.5: [(46, 43, 256, 1152), (52, 28, 279, 825), (54, 29, 254, 878), (48, 26, 307, 825)],
-    2.0: [(55, 46, 261, 1070), (52, 54, 269, 1117), (51, 50, 257, 1130), (54, 50, 309, 1094)],
+    1.0: [(46, 4, 229, 271), (43, 7, 246, 403), (45, 8, 277, 490), (45, 7, 332, 508)],
+    1.5: [(54, 35, 263, 857), (61, 19, 296, 541), (60, 23, 276, 796), (53, 21, 300, 694)],
+    2.0: [(61, 40, 259, 994), (59, 47, 282, 1063), (62, 39, 299, 1005), (59, 45, 297, 1035)],
 }
 
 
@@ -73,7 +80,7 @@ def test_predictions_are_those_of_the_numpy_path(prefixes) -> None:
         works, losses, np.array([0.9 * x.min() for x in losses])
     )
     assert rw.fallback.tolist() == [True, True] + [False] * (len(LENGTHS) - 2)
-    np.testing.assert_allclose(rw.quantiles((0.1, 0.5, 0.9)), PINNED_QUANTILES, rtol=1e-5)
+    np.testing.assert_allclose(rw.quantiles((0.1, 0.5, 0.9)), PINNED_QUANTILES, rtol=QUANTILE_RTOL)
 
 
 def test_flow_share_completes_what_it_did_with_the_numpy_path() -> None:
@@ -116,8 +123,11 @@ def test_batches_featurise_as_if_alone(prefixes) -> None:
     flow = load_predictor(n_samples=FLOW_SAMPLES)
     batches = [([works[i] for i in b], [losses[i] for i in b]) for b in (short, long)]
     together = flow.fit_batches(batches)
-    for b, (w, v) in zip((short, long), batches):  # one ODE solve: BLAS blocks rows otherwise
-        np.testing.assert_allclose(together.traj[b], flow.fit(w, v).traj, rtol=1e-5, atol=1e-5)
+    # One ODE solve against two: BLAS blocks the rows of another batch size otherwise, so
+    # the float32 sums differ in order; the O(1) trajectories then differ by a few float32
+    # roundings of the solve (its float64 gap is ~1e-5 absolute here): 1e-4 absolute.
+    for b, (w, v) in zip((short, long), batches):
+        np.testing.assert_allclose(together.traj[b], flow.fit(w, v).traj, rtol=0, atol=1e-4)
     with pytest.raises(ValueError, match="do not split"):
         prefix_conditions(works, losses, [2, 2])
 

@@ -18,6 +18,7 @@ from flow_predictor.evaluate import FAMILY_COLUMNS, METRIC_COLUMNS
 from flow_predictor.features import COND_DIM, TARGET_DIM, crossing_ratio
 from flow_predictor.flow import FlowPredictor, Normalisation
 from flow_predictor.model import FlowConfig, VelocityNet, cfm_loss
+from flow_predictor.remaining import FLOW_SAMPLES
 from flow_predictor.train import TrainConfig, build_dataset, fit_normalisation, train
 from mara_env.traces import TraceSet, validate_traces, write_traces
 
@@ -176,7 +177,7 @@ def test_short_prefix_falls_back_to_wls_and_is_flagged(traces):
     w, y = traces.trace(0)
     rw = small_predictor().predict([w[:2], w[:1], w[:20]], [y[:2], y[:1], y[:20]], np.full(3, 0.1))
     assert rw.fallback.tolist() == [True, True, False]
-    assert rw.samples.shape[1] == 64 and np.all(rw.samples[0] == rw.samples[0, 0])
+    assert rw.samples.shape[1] == FLOW_SAMPLES and np.all(rw.samples[0] == rw.samples[0, 0])
     assert np.isnan(rw.samples[1]).all() and np.isnan(rw.prob_within(1e9)[1])
 
 
