@@ -62,8 +62,8 @@ ROOT = Path(__file__).parents[1]
 TRAINERS = ("tabular", "vision", "lm", "rl")
 REFERENCE_STEPS = 200  # of each trainer's reference curve
 WORK_RANGE = (60, 200)  # required steps of a generated job
-SLACK_RANGE = (1.0, 2.2)  # deadline = slack * W at the reference speed
-SPEED_SHARE = 1.0  # of the one-process reference speed one node gets in a slice
+SLACK_RANGE = (1.2, 2.5)  # deadline = slack * W at SPEED_SHARE of the reference speed
+SPEED_SHARE = 0.4  # of the one-process reference speed a node gets live (3 workers, 2 shared cores)
 
 
 class ReplaySim(ClusterSim):
