@@ -48,6 +48,7 @@ TIMING = ("duration", "end", "start")
 # above them is refused, never stored as inf or wrapped round to another number.
 MAX_DURATION_S = float(np.finfo(np.float32).max)
 MAX_GPUS = int(np.iinfo(np.int16).max)
+MAX_DAYS = int(np.iinfo(np.int32).max)  # the day column is int32
 
 
 class JobsError(ValueError):
@@ -207,6 +208,13 @@ def _normalise(
     if len(raw) == 0:
         raise JobsError(f"{origin}: a header but no jobs")
     submit, stamped = _times(raw[roles["submit"]], origin)
+    _first_bad(
+        np.abs(submit - np.median(submit)) / DAY_S >= MAX_DAYS,
+        raw[roles["submit"]],
+        origin,
+        f"is further than {MAX_DAYS} days from the log's other submissions; expected a "
+        "time on the log's clock",
+    )
     if "duration" in roles:
         duration = _numbers(raw[roles["duration"]], origin, "a run time in seconds >= 0")
         _first_bad(

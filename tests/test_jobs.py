@@ -173,6 +173,11 @@ BAD = [
         ["row 1", "duration 1e39", "longer"],
     ),
     ("timestamp,duration,num_gpus\n0,1e39,1\n", [], ["row 0", "duration 1e39"]),
+    (
+        "timestamp,duration,num_gpus\n0,100,1\n1e300,100,1\n5,100,1\n",
+        [],
+        ["row 1", "timestamp 1e300", "days from the log's other submissions"],
+    ),
 ]
 
 
