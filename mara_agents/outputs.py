@@ -142,7 +142,7 @@ def prepare_out(
         with prepare_out(args.out, command="calibrate", force=args.force):
             ...  # write into args.out
     """
-    path = Path(path)
+    path = _named(path, option, "a directory")
     problem = output_dir_problem(path)
     if problem is not None:
         raise OutputError(f"{option} {path}: {problem}")
@@ -195,7 +195,7 @@ def prepare_out_file(
 ) -> Path:
     """``path`` as a file a command may write (atomically, with :func:`atomic_path`), or
     :class:`OutputError`: an existing file is replaced only with ``force``; a folder never."""
-    path = Path(path)
+    path = _named(path, option, "a file path")
     if path.is_dir():
         raise OutputError(f"{option} {path}: is a directory; expected a file path, not a directory")
     problem = output_dir_problem(path.parent, path)
@@ -232,6 +232,13 @@ def atomic_write(path: str | os.PathLike, data: bytes) -> None:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
+
+
+def _named(path: str | os.PathLike, option: str, expected: str) -> Path:
+    """``path``, unless it is empty (which pathlib would read as the working directory)."""
+    if not os.fspath(path).strip():
+        raise OutputError(f"{option} {os.fspath(path)!r}: empty; expected {expected}")
+    return Path(path)
 
 
 def _first_missing(path: Path) -> Path | None:

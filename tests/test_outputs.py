@@ -156,6 +156,10 @@ def test_an_out_that_is_a_file_is_refused(tmp_path):
     assert prepare_out_file(afile, force=True) == afile
     with pytest.raises(OutputError, match="is a directory; expected a file path"):
         prepare_out_file(tmp_path)
+    with pytest.raises(OutputError, match="--out '': empty; expected a directory"):
+        prepare_out("", command="evaluate")  # not the working directory
+    with pytest.raises(OutputError, match="--out ' ': empty; expected a file path"):
+        prepare_out_file(" ")
     assert afile.read_text() == "keep"
 
 
