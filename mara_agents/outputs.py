@@ -191,10 +191,16 @@ def prepare_out(
 
 
 def prepare_out_file(
-    path: str | os.PathLike, *, force: bool = False, option: str = "--out"
+    path: str | os.PathLike,
+    *,
+    force: bool = False,
+    resumable: bool = False,
+    option: str = "--out",
 ) -> Path:
-    """``path`` as a file a command may write (atomically, with :func:`atomic_path`), or
-    :class:`OutputError`: an existing file is replaced only with ``force``; a folder never."""
+    """``path`` as a file a command may write (atomically, with :func:`atomic_write` or
+    :func:`atomic_path`), or :class:`OutputError`: an existing file is replaced only with
+    ``force`` (``resumable``: the command's ``--resume`` continues it, for the message); a
+    folder never."""
     path = _named(path, option, "a file path")
     if path.is_dir():
         raise OutputError(f"{option} {path}: is a directory; expected a file path, not a directory")
@@ -202,7 +208,10 @@ def prepare_out_file(
     if problem is not None:
         raise OutputError(f"{option} {path}: {problem}")
     if path.exists() and not force:
-        raise OutputError(f"{option} {path}: exists; choose a new name, or --force to replace it")
+        resume_it = "--resume to continue it, " if resumable else ""
+        raise OutputError(
+            f"{option} {path}: exists; choose a new name, {resume_it}or --force to replace it"
+        )
     return path
 
 

@@ -275,3 +275,14 @@ def test_predictor_evaluate_refuses_a_non_empty_out(tmp_path, capsys):
     refused(argv, capsys, f"--out {out}: not empty", "--force")
     assert (out / "predictor_metrics.csv").read_text() == "last run"
     assert sorted(p.name for p in out.iterdir()) == ["predictor_metrics.csv"]
+
+
+@pytest.mark.parametrize("extra", [["--pretrain-only"], []])
+def test_train_refuses_to_replace_a_warm_start_without_resume_or_force(tmp_path, capsys, extra):
+    pytest.importorskip("ray")
+    warm = tmp_path / "mara_pretrain.pt"
+    warm.write_bytes(b"an earlier clone")
+    argv = ["train", str(ROOT / "experiments" / "mara.yaml"), "--out", str(tmp_path), *extra]
+    refused(argv, capsys, f"warm start {warm}: exists", "--resume", "--force")
+    assert warm.read_bytes() == b"an earlier clone"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mara_pretrain.pt"]

@@ -73,7 +73,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from mara_agents.outputs import OutputError, prepare_out
+    from mara_agents.outputs import OutputError, prepare_out, prepare_out_file
     from mara_agents.training.experiment import load_experiment
     from mara_agents.training.records import check_out
     from mara_env.config import ConfigError
@@ -92,6 +92,8 @@ def run(args: argparse.Namespace) -> int:
                     f"(got {exp.pretrain.episodes})"
                 )
             out = Path(args.out) / f"{exp.name}_pretrain.pt"
+            if not args.resume:
+                prepare_out_file(out, force=args.force, resumable=True, option="warm start")
             path = pretrain(exp, out, log=print, resume=args.resume)
             print(
                 f"wrote {path}; export: mara export {path} --experiment {args.experiment} "
@@ -102,6 +104,9 @@ def run(args: argparse.Namespace) -> int:
         from mara_agents.training.train import train
 
         checks.ray_address(args.address)
+        if exp.pretrain.episodes > 0 and not args.resume:  # the warm start beside the run
+            warm = check_out(args.out) / f"{exp.name}_pretrain.pt"
+            prepare_out_file(warm, force=args.force, resumable=True, option="warm start")
         run_dir = prepare_out(
             check_out(args.out) / exp.name,
             command="train",
