@@ -313,7 +313,7 @@ def plot_paired_differences(df: pd.DataFrame, reference: str, path: str | os.Pat
     mean over loads (clairvoyant specs left out: they are ceilings). False, and nothing
     written, when ``reference`` was not evaluated or has no rival."""
     specs = list(dict.fromkeys(df["scheduler"]))
-    if reference not in specs:
+    if reference not in specs or len(specs) < 2:
         return False
     d = paired_differences(df, reference)
     d = d[~d["scheduler"].map(is_clairvoyant)]
