@@ -30,6 +30,7 @@ import pandas as pd
 
 from flow_predictor.features import FUTURE_RATIOS
 from flow_predictor.remaining import MIN_RATIO, MIN_REPORTS, RemainingWorkPredictor
+from mara_env.atomic import atomic_path, atomic_write
 from mara_env.traces import TraceError, TraceSet
 
 PREFIX_FRACTIONS = (0.1, 0.2, 0.4, 0.6)
@@ -207,8 +208,8 @@ def write_evaluation(ev: Evaluation, out: str | Path) -> None:
     """Write ``predictor_metrics.csv``, ``predictor_families.csv`` and ``predictor_error.png``."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    ev.metrics.to_csv(out / "predictor_metrics.csv", index=False)
-    ev.families.to_csv(out / "predictor_families.csv", index=False)
+    atomic_write(out / "predictor_metrics.csv", ev.metrics.to_csv(index=False).encode())
+    atomic_write(out / "predictor_families.csv", ev.families.to_csv(index=False).encode())
     plot_errors(ev.metrics, out / "predictor_error.png")
 
 
@@ -241,5 +242,6 @@ def plot_errors(metrics: pd.DataFrame, path: str | Path) -> None:
     axes[0][0].set_ylabel("MAE of log(predicted / true remaining work)")
     axes[0][-1].legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=120)
     plt.close(fig)

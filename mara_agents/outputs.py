@@ -1,12 +1,13 @@
 """Where a run writes: the one rule for output folders, and atomic writes.
 
 :func:`prepare_out` is the rule every command that writes a run follows (evaluate,
-reproduce, train, live, predictor evaluate, calibrate): the folder is new or empty, or
-it is this command's own run and ``--resume`` continues it, or ``--force`` replaces a
-folder a run wrote; a lock keeps a second run out while the first writes; names the run
-will write are checked before the run starts.  :func:`prepare_out_file` is the same rule
-for a command that writes one file (export).  :func:`atomic_write` and
-:func:`atomic_path` leave a whole file or none.
+reproduce, train, live, predictor evaluate): the folder is new or empty, or it is this
+command's own run and ``--resume`` continues it, or ``--force`` replaces a folder a run
+wrote; a lock keeps a second run out while the first writes; names the run will write
+are checked before the run starts.  :func:`prepare_out_file` is the same rule for a
+command that writes one file (export, calibrate).  The files themselves are written with
+:func:`atomic_write` or :func:`atomic_path` (from :mod:`mara_env.atomic`, re-exported
+here), which leave a whole file or none.
 
 :func:`output_dir_problem` is the probe all of them share: a file is written rather than
 asking ``os.access``, which reads permission bits that root passes where it still cannot
@@ -16,7 +17,6 @@ write (``/proc``, for one).  The CLI (:mod:`mara_agents.commands.checks`) and tr
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import fnmatch
 import json
@@ -24,8 +24,11 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
+
+from mara_env.atomic import atomic_path as atomic_path
+from mara_env.atomic import atomic_write as atomic_write
 
 # In every run folder: the lock a run holds while it writes, and the record of which
 # command made the folder (what --resume and --force look at).
@@ -213,34 +216,6 @@ def prepare_out_file(
             f"{option} {path}: exists; choose a new name, {resume_it}or --force to replace it"
         )
     return path
-
-
-@contextlib.contextmanager
-def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
-    """A temporary path beside ``path`` (same suffix) that replaces ``path`` when the block
-    ends without an exception: a reader sees the old file or the whole new one."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=path.suffix)
-    os.close(fd)
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; give the usual file mode
-    try:
-        yield Path(tmp)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-
-
-def atomic_write(path: str | os.PathLike, data: bytes) -> None:
-    """Write ``data`` to ``path`` so that no reader ever sees a half-written file."""
-    with atomic_path(path) as tmp:
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
 
 
 def _named(path: str | os.PathLike, option: str, expected: str) -> Path:

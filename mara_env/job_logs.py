@@ -22,13 +22,13 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from mara_env.atomic import atomic_path
 from mara_env.traces import SPLITS, hash_split
 
 FORMATS = ("philly", "helios", "csv")
@@ -445,18 +445,8 @@ def write_jobs(df: pd.DataFrame, path: str | os.PathLike) -> None:
     df = validate_jobs(df, str(path))
     for col in ("date", "split", *(c for c in ("user", "name") if c in df.columns)):
         df[col] = df[col].astype("category")  # few distinct values: stored once each
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; give the usual file mode
-    try:
+    with atomic_path(path) as tmp:
         df.to_parquet(tmp, index=False, compression="zstd")
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
 
 
 def jobs_path(source: str | os.PathLike) -> Path:

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import hashlib
 import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+
+from mara_env.atomic import atomic_path
 
 REQUIRED_COLUMNS = ("trace_id", "family", "source", "step", "loss")
 SPLITS = ("train", "val", "test")
@@ -203,21 +204,11 @@ def write_traces(df: pd.DataFrame, path: str | os.PathLike) -> None:
     """Validate then write a library atomically: no half-written file is ever left."""
     path = Path(path)
     df = validate_traces(df, origin=str(path))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; give the usual file mode
-    try:
+    with atomic_path(path) as tmp:
         if path.suffix == ".csv":
             df.to_csv(tmp, index=False)
         else:
             df.to_parquet(tmp, index=False, compression="zstd")
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
 
 
 LIBRARY_SUFFIXES = (".parquet", ".pq", ".csv")
