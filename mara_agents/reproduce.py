@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
+from mara_env.atomic import atomic_write
 from mara_env.config import ClusterConfig, ConfigError
 from mara_env.traces import load_traces
 
@@ -349,5 +350,5 @@ def reproduce(
         f"{out / 'schedulers' / 'tb'}`.\n\nWall time: {time.perf_counter() - started:.0f} s.\n"
     )
     summary = "\n".join(parts)
-    (out / "summary.md").write_text(summary)
+    atomic_write(out / "summary.md", summary.encode())
     return summary
