@@ -157,6 +157,7 @@ def test_headline_plots_tell_every_spec_apart_and_draw_the_paired_leads(
     plot_completion(df, tmp_path / "completion_vs_load.png")
     assert plot_paired_differences(df, "mara", tmp_path / PAIRED_PLOT)
     assert not plot_paired_differences(df, "nope", tmp_path / "none.png")
+    assert not plot_paired_differences(df[df["scheduler"] == "mara"], "mara", tmp_path / "1.png")
     for name in ("completion_vs_load.png", PAIRED_PLOT):
         assert (tmp_path / name).stat().st_size > 0
     lines, points = saved[0].axes[0].containers, saved[1].axes
