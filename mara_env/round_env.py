@@ -3,11 +3,13 @@
 A view over the same :class:`~mara_env.cluster_env.ClusterEngine` as the AEC env (it drives
 the engine's ``act``/``end_round``; no round logic of its own), for learners that pick the
 N node actions of a round together, such as a Multi-Agent-Transformer-style decoder.
+:func:`play_episode` is the one episode loop of a :class:`RoundAgent` (the evaluation
+harness, behaviour cloning and live mode drive their agents with it).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
 import gymnasium
 import numpy as np
@@ -25,6 +27,30 @@ from mara_env.cluster_env import (
 _MINE = SLOT_FEATURES.index("is_mine")
 WORKLOAD_SEED = "workload_seed"  # reset info key: the seed of a seeded reset
 _CAP_HIGH = np.iinfo(np.int32).max
+
+
+class RoundAgent(Protocol):
+    """What :func:`play_episode` drives: reset with the env, then one round at a time."""
+
+    def reset(self, env: Any, seed: int) -> None:
+        """Called right after ``env.reset(seed=seed)``."""
+
+    def act_round(self, env: Any) -> np.ndarray:
+        """The ``N`` node actions (slot ``0 … K-1``, or ``K`` = idle) of the round ``env``
+        is at the start of, in node order."""
+
+
+def play_episode(agent: RoundAgent, env: AECEnv, seed: int) -> list[float]:
+    """The episode loop: reset ``env`` (the AEC env, or a wrapper of it) and ``agent`` with
+    ``seed``, then play each round with ``agent.act_round`` until the episode ends; returns
+    the team reward of every round (the episode's metrics: ``env.unwrapped.engine.sim``)."""
+    env.reset(seed=seed)
+    agent.reset(env, seed)
+    rounds = RoundEnv(env)
+    rewards = []
+    while not rounds.engine.finished:
+        rewards.append(rounds.play(agent.act_round(env))[0])
+    return rewards
 
 
 class RoundEnv(gymnasium.Env):

@@ -1,4 +1,5 @@
-"""Behaviour cloning's episode seeds: every stage (and every experiment seed) its own."""
+"""Behaviour cloning: its episode seeds (every stage and experiment seed its own) and what
+it records (the AEC env's view of every node)."""
 
 from __future__ import annotations
 
@@ -14,3 +15,45 @@ def test_cloning_stages_never_share_an_episode_seed():
     ]
     assert len(set(seeds)) == len(seeds)
     assert all(isinstance(s, int) and s >= 0 for s in seeds)  # numpy and the env take them
+
+
+def test_demonstrations_are_what_the_aec_env_shows_each_node() -> None:
+    """Played by the episode loop round by round, the recorded steps are the AEC env's:
+    each node's observation, mask and state as it sees them when the teacher's earlier
+    actions are taken, the teacher's action, and the round's return-to-go."""
+    import numpy as np
+
+    from flow_predictor.wrapper import make_wrapped_env
+    from mara_agents.evaluation.registry import make_scheduler
+    from mara_agents.training.clone import collect_demonstrations
+    from mara_agents.training.experiment import parse_experiment
+    from mara_env.schedulers import SchedulerAgent
+
+    env_config = {"num_nodes": 4, "num_slots": 3, "horizon": 15, "split": "train"}
+    exp = parse_experiment(
+        {"name": "t", "env": env_config, "wrapper": "wls", "pretrain": {"scheduler": "edf"}}
+    )
+    got = collect_demonstrations(exp, [1])
+    env = make_wrapped_env(exp.env_config())
+    teacher = SchedulerAgent(make_scheduler("edf"))
+    env.reset(seed=1)
+    teacher.reset(env, 1)
+    want: dict[str, list] = {"obs": [], "mask": [], "state": [], "action": []}
+    rewards = []
+    for name in env.agent_iter():
+        obs, _, term, trunc, _ = env.last()
+        if term or trunc:
+            env.step(None)
+            continue
+        action = teacher.act(env, name)
+        for key, value in zip(want, (obs["observation"], obs["action_mask"], obs["state"])):
+            want[key].append(value)
+        want["action"].append(action)
+        env.step(action)
+        if name == env.possible_agents[-1]:
+            rewards.append(float(env.rewards[name]))
+    for key, value in want.items():
+        np.testing.assert_array_equal(got[key], np.asarray(value, got[key].dtype), err_msg=key)
+    to_go = np.cumsum(rewards[::-1])[::-1]
+    assert len(rewards) > 5  # an episode with rounds
+    np.testing.assert_allclose(got["return"], np.repeat(to_go, 4).astype(np.float32))

@@ -27,9 +27,8 @@ import typing
 from collections.abc import Callable
 from typing import Any, Protocol
 
-import numpy as np
-
 from mara_env.config import ClusterConfig
+from mara_env.round_env import RoundAgent
 from mara_env.schedulers import Scheduler, SchedulerAgent
 
 
@@ -37,10 +36,12 @@ class SpecError(ValueError):
     """A scheduler/agent spec names nothing known; the message lists what is known."""
 
 
-class Agent(Protocol):
+class Agent(RoundAgent, Protocol):
     """An env-driven decision maker (a learned policy; a scheduler through
-    :class:`~mara_env.schedulers.SchedulerAgent`), what the harness's episode loop
-    (:func:`mara_agents.evaluation.runner.play_episode`) drives, one round at a time.
+    :class:`~mara_env.schedulers.SchedulerAgent`): a
+    :class:`~mara_env.round_env.RoundAgent` (``reset``, ``act_round``), which the episode
+    loop :func:`mara_env.round_env.play_episode` drives one round at a time, that also
+    sizes its env.
 
     :meth:`slots_for` sizes the env: the harness runs the agent's episodes in an env with
     that many slots; the workload of a seed does not depend on the slot count, so every
@@ -49,13 +50,6 @@ class Agent(Protocol):
 
     def slots_for(self, num_nodes: int) -> int | None:
         """The slots to observe a cluster of ``num_nodes`` with (None: the config's)."""
-
-    def reset(self, env: Any, seed: int) -> None:
-        """Called right after ``env.reset(seed=seed)``."""
-
-    def act_round(self, env: Any) -> np.ndarray:
-        """The ``N`` node actions (slot ``0 … K-1``, or ``K`` = idle) of the round ``env``
-        is at the start of, in node order."""
 
 
 AgentFactory = Callable[[str], Agent]

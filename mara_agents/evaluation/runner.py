@@ -44,19 +44,6 @@ from mara_env.schedulers import Scheduler, run_episode
 from mara_env.traces import TraceSet, load_traces
 
 
-def play_episode(agent: Agent, env: Any, seed: int) -> None:
-    """The episode loop: reset ``env`` (mara_env's ``raw_env``) and ``agent`` with ``seed``,
-    then play every round with ``agent.act_round`` until the episode ends (read the
-    result from ``env.unwrapped.engine.sim.metrics()``)."""
-    from mara_env.round_env import RoundEnv
-
-    env.reset(seed=seed)
-    agent.reset(env, seed)
-    rounds = RoundEnv(env)
-    while not env.unwrapped.engine.finished:
-        rounds.play(agent.act_round(env))
-
-
 def run_agent_episode(
     agent: Agent,
     config: ClusterConfig,
@@ -66,10 +53,11 @@ def run_agent_episode(
     backend: ClusterState | None = None,
 ) -> dict:
     """One episode of an env-driven agent through ``raw_env`` (over ``backend`` if given,
-    e.g. a live cluster) with as many slots as ``agent.slots_for`` asks, by
-    :func:`play_episode`; returns its metrics.  With ``record`` the metrics also hold
-    ``allocation`` (ticks x nodes task indices)."""
+    e.g. a live cluster) with as many slots as ``agent.slots_for`` asks, by the episode
+    loop :func:`mara_env.round_env.play_episode`; returns its metrics.  With ``record`` the
+    metrics also hold ``allocation`` (ticks x nodes task indices)."""
     from mara_env.cluster_env import raw_env
+    from mara_env.round_env import play_episode
 
     slots = agent.slots_for(config.num_nodes)
     if slots is not None and slots != config.num_slots:

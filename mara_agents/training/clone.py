@@ -1,8 +1,8 @@
 """Behaviour cloning: the warm start that PPO starts from.
 
-* :func:`collect_demonstrations` drives the env with a heuristic scheduler (the teacher),
-  or with the clone while the teacher labels (DAgger), and records obs, actions and
-  returns-to-go.
+* :func:`collect_demonstrations` plays episodes with the harness's episode loop, the
+  heuristic scheduler (the teacher) acting, or the clone while the teacher labels
+  (DAgger), and records every node's obs, the teacher's actions and returns-to-go.
 * :func:`pretrain` fits a ``MaraNet`` to them (cross-entropy on the teacher's actions,
   critic regression on the undiscounted returns) stage by stage, saving each stage, and
   writes the state dict every PPO module loads at setup.  :data:`PRETRAIN_SECTIONS` are
@@ -39,59 +39,88 @@ def demonstration_seeds(root: int, stage: int, episodes: int) -> list[int]:
     return [int(s) for s in state]
 
 
+class _Demonstrator:
+    """The round agent behaviour cloning plays episodes with: the teacher acts (or, for
+    DAgger, the clone acts greedily and the teacher labels), and every node's observation
+    (as the AEC env shows it, given the earlier nodes' actions) is recorded with the
+    teacher's action."""
+
+    def __init__(self, teacher: Any, layout: ObsLayout, policy: MaraNet | None) -> None:
+        self.teacher, self.layout, self.policy = teacher, layout, policy
+        self.rounds: Any = None
+        k, obs, state = layout.num_slots, layout.obs_dim, layout.obs_dim + layout.state_extra
+        # each starts with no rows of its width: an episode may have no round
+        self.steps: dict[str, list[np.ndarray]] = {
+            "obs": [np.zeros((0, obs), np.float32)],
+            "mask": [np.zeros((0, k + 1), np.int8)],
+            "state": [np.zeros((0, state), np.float32)],
+            "action": [np.zeros(0, np.int64)],
+            "taken": [np.zeros(0, np.int64)],
+        }
+
+    def reset(self, env: Any, seed: int) -> None:
+        from mara_env.round_env import RoundEnv
+
+        self.teacher.reset(env, seed)
+        self.rounds = RoundEnv(env)
+
+    def act_round(self, env: Any) -> np.ndarray:
+        from mara_agents.policy.rounds import decode, flat_views, round_features
+
+        obs = {k: torch.from_numpy(np.asarray(v))[None] for k, v in self.rounds.observe().items()}
+        labels = np.asarray(self.teacher.act_round(env), np.int64)
+        with torch.no_grad():
+            taken = (
+                torch.from_numpy(labels)[None]
+                if self.policy is None
+                else decode(self.policy, obs, greedy=True)[0]
+            )
+            feats, mask = round_features(obs, taken, self.layout.num_slots)
+            flat = flat_views(obs, feats, self.layout)[0]
+        steps = self.steps
+        steps["obs"].append(flat.numpy())
+        steps["mask"].append(mask[0].numpy())
+        steps["state"].append(torch.cat([flat, obs["queue"].expand(len(flat), -1)], -1).numpy())
+        steps["action"].append(labels)
+        steps["taken"].append(taken[0].numpy())
+        return steps["taken"][-1]
+
+
 def collect_demonstrations(
     exp: Experiment, seeds: Sequence[int], policy: MaraNet | None = None
 ) -> dict[str, np.ndarray]:
-    """Per-step obs, the teacher's actions and returns-to-go from an env episode per seed.
+    """Per-step obs, the teacher's actions and returns-to-go from an env episode per seed,
+    played by the harness's episode loop (:func:`mara_env.round_env.play_episode`).
 
     Without ``policy`` the teacher (``exp.pretrain.scheduler``) acts; with one (DAgger)
     the policy acts greedily, the teacher only labels the states the policy reaches, and
     ``"taken"`` holds the policy's own actions.
     """
     from mara_agents.evaluation.registry import make_scheduler
+    from mara_env.round_env import play_episode
     from mara_env.schedulers import SchedulerAgent
 
     env = make_wrapped_env(exp.env_config())
+    space = env.observation_space(env.possible_agents[0])
+    k = env.unwrapped.engine.config.num_slots
+    layout = ObsLayout.infer(space["observation"].shape[0], space["state"].shape[0], k + 1)
     # The spec was checked when the experiment was parsed.
-    agent = SchedulerAgent(make_scheduler(exp.pretrain.scheduler))
-    obs, masks, states, actions, taken, targets = [], [], [], [], [], []
+    agent = _Demonstrator(SchedulerAgent(make_scheduler(exp.pretrain.scheduler)), layout, policy)
+    targets = []
     for seed in seeds:
-        env.reset(seed=seed)
-        agent.reset(env, seed)
-        rounds: list[int] = []  # round index of each recorded step
-        rewards: list[float] = []  # team reward of each round
-        for name in env.agent_iter():
-            o, _, term, trunc, _ = env.last()
-            if term or trunc:
-                env.step(None)
-                continue
-            if name == env.possible_agents[0]:
-                rewards.append(0.0)
-            a = agent.act(env, name)
-            obs.append(o["observation"])
-            masks.append(o["action_mask"])
-            states.append(o["state"])
-            actions.append(a)
-            rounds.append(len(rewards) - 1)
-            if policy is not None:
-                with torch.no_grad():
-                    x = torch.from_numpy(o["observation"])[None]
-                    a = int(policy.logits(x, torch.from_numpy(o["action_mask"])[None]).argmax())
-                taken.append(a)
-            env.step(a)
-            if name == env.possible_agents[-1]:
-                rewards[-1] = float(env.rewards[name])
+        rewards = play_episode(agent, env, seed)
         to_go = np.cumsum(np.asarray(rewards)[::-1])[::-1]
-        targets.append(to_go[np.asarray(rounds)])
+        targets.append(np.repeat(to_go, env.unwrapped.engine.config.num_nodes))
+    steps = {key: np.concatenate(v) for key, v in agent.steps.items()}
     data = {
-        "obs": np.asarray(obs, np.float32),
-        "mask": np.asarray(masks, np.float32),
-        "state": np.asarray(states, np.float32),
-        "action": np.asarray(actions, np.int64),
+        "obs": steps["obs"].astype(np.float32),
+        "mask": steps["mask"].astype(np.float32),
+        "state": steps["state"].astype(np.float32),
+        "action": steps["action"].astype(np.int64),
         "return": np.concatenate(targets).astype(np.float32),
     }
     if policy is not None:
-        data["taken"] = np.asarray(taken, np.int64)  # the policy's own (executed) actions
+        data["taken"] = steps["taken"].astype(np.int64)  # the policy's own (executed) actions
     return data
 
 
