@@ -266,6 +266,9 @@ def test_traces_collect_refuses_bad_values(tmp_path, capsys, args, culprit):
         (["--jobs", "no_such_jobs.parquet"], "--jobs no_such_jobs.parquet"),
         (["--jobs", "philly", "--jobs-nodes", "0"], "--jobs-nodes"),
         (["--jobs-episodes", "0"], "--jobs-episodes"),
+        (["--schedulers", "lara,nope"], "unknown scheduler 'nope'"),
+        (["--schedulers", "lara:margin=x"], "margin='x'"),
+        (["--loads", "1,,2"], "an empty item"),
     ],
 )
 def test_reproduce_refuses_bad_values_before_any_work(tmp_path, capsys, args, culprit):

@@ -93,12 +93,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from mara_agents.commands import checks
+    from mara_agents.evaluation.registry import SpecError, check_spec, expand_alias
     from mara_agents.outputs import OutputError, prepare_out
     from mara_agents.reproduce import reproduce
     from mara_env.config import ClusterConfig, ConfigError
 
     try:
         specs, loads, seeds = checks.run_lists(args)
+        for spec in specs:  # before the predictor's evaluation, the first step
+            check_spec(expand_alias(spec))
         for load in loads:
             ClusterConfig(load=load)  # (0, 100], finite: one message naming the value
         jobs = None if args.jobs == "none" else args.jobs
@@ -134,7 +137,7 @@ def run(args: argparse.Namespace) -> int:
                 jobs_nodes=args.jobs_nodes,
                 jobs_episodes=args.jobs_episodes,
             )
-    except (ConfigError, checks.UsageError, OutputError) as e:
+    except (ConfigError, checks.UsageError, OutputError, SpecError) as e:
         print(f"mara reproduce: {e}", file=sys.stderr)
         return 2
     print("\n" + summary)
