@@ -20,14 +20,16 @@ import torch
 
 from flow_predictor.checkpoint import load_predictor
 from flow_predictor.remaining import (
+    FLOW_SAMPLES,
     MIN_REPORTS,
     FittedPrefixes,
     RemainingWork,
     RemainingWorkPredictor,
     current_work,
 )
+from flow_predictor.share_rule import FlowShareParams
 from flow_predictor.wls import WLSPredictor
-from flow_predictor.wrapper import PredictorFeatures
+from flow_predictor.wrapper import FeatureSettings, PredictorFeatures
 from mara_env.cluster_env import env
 from mara_env.traces import load_traces
 
@@ -231,11 +233,11 @@ def main() -> None:
     args = parser.parse_args()
     clock = time.process_time if args.clock == "cpu" else time.perf_counter
     torch.set_num_threads(1)
-    flow64 = load_predictor(args.checkpoint)
-    flow32 = load_predictor(args.checkpoint, n_samples=32)
+    flow64 = load_predictor(args.checkpoint, n_samples=64)
+    flow32 = load_predictor(args.checkpoint)  # FLOW_SAMPLES, the wrapper's
     for name, p in (
         ("flow (64 samples)", flow64),
-        ("flow (32 samples)", flow32),
+        (f"flow ({FLOW_SAMPLES} samples)", flow32),
         ("wls", WLSPredictor()),
     ):
         rate = predictions_per_second(p, 64, args.seconds, clock)
@@ -250,11 +252,12 @@ def main() -> None:
         makers["+ free predictor"] = lambda: PredictorFeatures(env(**kw), FreePredictor())
     if args.cheaper:
         flow16 = load_predictor(args.checkpoint, n_samples=16)
-        euler2 = load_predictor(args.checkpoint, n_samples=32, steps=2)
+        euler2 = load_predictor(args.checkpoint, steps=2)
+        refresh25 = FeatureSettings(rule=FlowShareParams(refresh=0.25))
         makers |= {
             "flow, 16 samples": lambda: PredictorFeatures(env(**kw), flow16),
             "flow, 2 steps": lambda: PredictorFeatures(env(**kw), euler2),
-            "flow, refresh 0.25": lambda: PredictorFeatures(env(**kw), flow32, refresh=0.25),
+            "flow, refresh 0.25": lambda: PredictorFeatures(env(**kw), flow32, refresh25),
         }
     rates = interleaved_rates(makers, args.seconds, args.rounds, clock)
     base = np.array(rates["env"])
