@@ -63,16 +63,20 @@ PREDICTORS = ("flow", "oracle", "exact")
 class HedgeParams:
     """The planner's knobs, with the defaults chosen on the validation split."""
 
-    confidence: float = 0.5  # a kept task's count must finish with at least this chance
+    confidence: float = 0.2  # a kept task's count must finish with at least this chance
     reserve: float = 0.0  # share of the capacity beyond ``lead`` ticks kept for arrivals
     lead: int = 4  # ticks from now that the reserve leaves to the present tasks
     explore: int = 0  # nodes for a task not yet predicted (0: uniform share, as LARA)
+    tail: float = 0.0  # flow samples past its horizon: up to this times it (0: never)
+    assure: float = 0.9  # kept tasks first share up to counts this sure (0: off)
 
     def __post_init__(self) -> None:
         checks = {
             "confidence": (lambda v: 0 < v <= 1, "a probability in (0, 1]"),
             "reserve": (lambda v: 0 <= v < 1, "a share in [0, 1)"),
             "lead": (lambda v: v >= 0 and float(v).is_integer(), "a whole number >= 0 of ticks"),
+            "assure": (lambda v: 0 <= v <= 1, "a probability in [0, 1] (0: off)"),
+            "tail": (lambda v: v == 0 or v >= 1, "0 (never) or a factor >= 1"),
             "explore": (lambda v: v >= 0 and float(v).is_integer(), "a whole number >= 0 of nodes"),
         }
         for key, (ok, what) in checks.items():
@@ -84,6 +88,41 @@ class HedgeParams:
 
 
 DEFAULTS = HedgeParams()
+
+
+class CensoredFlow:
+    """The flow model's remaining-work samples with its "not reached" ones read as what
+    they are: censored, not infinite (the interface of
+    :class:`~flow_predictor.remaining.PredictionCache`).
+
+    The model's trajectories end at the last of its ``FUTURE_RATIOS``
+    (24) times the work at the prediction; a sample that does not reach the target by then
+    says only that the total work is beyond that.  Those of a task are spread log-uniformly
+    over ``[bound, tail * bound]`` (``bound``: that horizon, counted from the task's last
+    report, less the work done since); ``tail`` 0 keeps them ``inf`` (never).
+    """
+
+    def __init__(self, cache: PredictionCache, horizon: float, tail: float) -> None:
+        self.cache = cache
+        self.horizon = float(horizon)
+        self.tail = float(tail)
+
+    def clear(self) -> None:
+        """Forget every task (new episode)."""
+        self.cache.clear()
+
+    def get(self, sim: ClusterSim, tasks: np.ndarray) -> RemainingWork:
+        """Remaining work of ``tasks`` from their current work on."""
+        rw = self.cache.get(sim, tasks)
+        never = np.isinf(rw.samples)
+        if not self.tail or not never.any():
+            return rw
+        last = np.array([sim.hist_work[k][-1] if sim.hist_work[k] else 0.0 for k in tasks])
+        bound = np.maximum((1.0 + self.horizon) * last - sim.work[tasks], 0.0)
+        rank = np.cumsum(never, axis=1) - 0.5
+        spread = self.tail ** (rank / np.maximum(never.sum(axis=1), 1)[:, None])
+        samples = np.where(never, bound[:, None] * spread, rw.samples)
+        return RemainingWork(samples, rw.fallback)
 
 
 class ExactRemaining:
@@ -118,8 +157,9 @@ def finish_chances(
 ) -> tuple[np.ndarray, np.ndarray]:
     """``p_k(n)`` and ``c_k(n)`` of every task (rows) and count ``n = 0..max(cap)``
     (columns): the share of ``samples`` (tasks x samples of remaining work) that ``n`` nodes
-    held from now on finish within ``time_left``, and the node-ticks they then hold, averaged
-    over the samples (``inf`` beyond the cap; count 0: chance 0, no node-ticks)."""
+    held from now on finish within ``time_left``, and the node-ticks they then hold (until
+    done or the deadline), averaged over the samples (``inf`` beyond the cap; count 0:
+    chance 0, no node-ticks)."""
     k = len(samples)
     n = np.arange(1, int(cap.max(initial=1)) + 1, dtype=np.float64)
     ticks = ticks_needed(
@@ -173,28 +213,37 @@ def hedge_plan(
     demand = cost[rows, target].tolist()
     value = chance[rows, target].tolist()
 
-    # Moore-Hodgson in deadline order, dropping the dearest per unit of chance
+    # Moore-Hodgson in deadline order, as if every kept task ran at once (which also keeps
+    # their node-ticks within what the cluster offers by each deadline), dropping the
+    # dearest per unit of chance; nodes held beyond ``lead`` ticks leave the reserve free
+    nodes = target.tolist()
+    long = [d > params.lead * n for d, n in zip(demand, nodes)]
+    room = num_nodes * (1.0 - (params.reserve if arriving else 0.0))
     kept: list[int] = []
-    nodes, total = 0, 0.0
-    reserve, lead = params.reserve if arriving else 0.0, params.lead
+    used = used_long = 0
     for i in np.flatnonzero(candidate).tolist():
         kept.append(i)
-        nodes += int(target[i])
-        total += demand[i]
-        horizon = float(time_left[i])
-        offered = num_nodes * (horizon - reserve * max(0.0, horizon - lead))
-        while nodes > num_nodes or total > offered:
-            j = max(kept, key=lambda m: (demand[m] / value[m], int(target[m]), m))
+        used += nodes[i]
+        used_long += nodes[i] * long[i]
+        while used > num_nodes or used_long > room:
+            j = max(kept, key=lambda m: (demand[m] / value[m], nodes[m], m))
             kept.remove(j)
-            nodes -= int(target[j])
-            total -= demand[j]
+            used -= nodes[j]
+            used_long -= nodes[j] * long[j]
     is_kept = np.zeros(k, bool)
     is_kept[kept] = True
 
     left = capacity
+    if params.assure > 0:  # kept tasks share round-robin up to an assured count first
+        sure = chance >= params.assure - 1e-12
+        sure[:, 0] = False
+        want = np.where(sure.any(axis=1), np.argmax(sure, axis=1), cap)
+        want = np.where(is_kept, np.maximum(want, target), 0)
+        left = spread(counts, np.asarray(want, np.int64), left)
     for i in kept:
-        counts[i] = min(int(target[i]), left)
-        left -= counts[i]
+        more = min(int(target[i]) - int(counts[i]), left) if left > 0 else 0
+        counts[i] += max(more, 0)
+        left -= max(more, 0)
     left = _most_chance(counts, chance, cap, left)
     for want in (np.where(is_kept, np.minimum(warm, cap), 0), np.where(is_kept, cap, 0)):
         left = spread(counts, np.asarray(want, np.int64), left)
@@ -223,8 +272,8 @@ class Hedge(Scheduler):
     ``predictor``: ``"flow"`` (the shipped flow checkpoint with ``flow_share``'s sample
     count and refresh rule; needs the ``[predictor]`` extra) or ``"oracle"``/``"exact"``
     (each task's exact remaining work: the same planner on a degenerate distribution).
-    ``confidence``, ``reserve``, ``lead``, ``explore``: see :class:`HedgeParams` (None: its
-    default).
+    ``confidence``, ``reserve``, ``lead``, ``explore``, ``tail``, ``assure``: see
+    :class:`HedgeParams` (None: its default).
     """
 
     name = "hedge"
@@ -236,27 +285,38 @@ class Hedge(Scheduler):
         reserve: float | None = None,
         lead: int | None = None,
         explore: int | None = None,
+        tail: float | None = None,
+        assure: float | None = None,
     ) -> None:
         if predictor not in PREDICTORS:
             raise ValueError(f"hedge: predictor={predictor!r}; expected one of {PREDICTORS}")
-        given = {"confidence": confidence, "reserve": reserve, "lead": lead, "explore": explore}
+        given = {
+            "confidence": confidence,
+            "reserve": reserve,
+            "lead": lead,
+            "explore": explore,
+            "tail": tail,
+            "assure": assure,
+        }
         self.params = HedgeParams(**{k: v for k, v in given.items() if v is not None})
         if predictor == "flow":
             from mara_agents.extras import require
 
             require("predictor")  # checked here, in the parent, not in a worker
         self.predictor = predictor
-        self._predictions: PredictionCache | ExactRemaining | None = None
+        self._predictions: CensoredFlow | ExactRemaining | None = None
         self._last_arrival = -(10**9)
 
-    def _make_predictions(self) -> PredictionCache | ExactRemaining:
+    def _make_predictions(self) -> CensoredFlow | ExactRemaining:
         if self.predictor != "flow":
             return ExactRemaining()
         from flow_predictor.checkpoint import load_predictor
+        from flow_predictor.features import FUTURE_RATIOS
         from flow_predictor.flow import FLOW_SAMPLES
         from flow_predictor.share_rule import DEFAULTS as SHARE
 
-        return PredictionCache(load_predictor(n_samples=FLOW_SAMPLES), SHARE.refresh)
+        cache = PredictionCache(load_predictor(n_samples=FLOW_SAMPLES), SHARE.refresh)
+        return CensoredFlow(cache, FUTURE_RATIOS[-1], self.params.tail)
 
     def reset(self, sim: ClusterSim, rng: np.random.Generator) -> None:
         super().reset(sim, rng)
