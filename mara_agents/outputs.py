@@ -155,7 +155,11 @@ def prepare_out(
     fd = _lock(path, option)
     try:
         previous = _record(fd).get("command")
-        entries = sorted(p.name for p in path.iterdir() if p.name != MARKER)
+        # hidden entries last: the example the message names is one the user knows
+        entries = sorted(
+            (p.name for p in path.iterdir() if p.name != MARKER),
+            key=lambda name: (name.startswith("."), name),
+        )
         resumed = False
         if entries:
             if resume:

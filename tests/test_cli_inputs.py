@@ -374,3 +374,12 @@ def test_only_plain_mara_is_an_alias():
         "lara",
         "env=lara",
     ]
+
+
+@pytest.mark.parametrize("verbose", ["9", "-1"])
+def test_train_refuses_a_verbosity_tune_does_not_have(tmp_path, capsys, verbose):
+    pytest.importorskip("ray")
+    smoke = Path(__file__).resolve().parents[1] / "experiments" / "mara_smoke.yaml"
+    argv = ["train", str(smoke), "--out", str(tmp_path / "runs"), "--verbose", verbose]
+    refused(argv, capsys, f"--verbose {verbose}", "0-3")
+    assert list(tmp_path.iterdir()) == []

@@ -93,7 +93,7 @@ def ray_address(address: str | None, option: str = "--address", timeout: float =
     host, sep, port = address.removeprefix("ray://").rpartition(":")
     expected = "HOST:PORT of a running Ray head (as `ray start --head` prints it), or 'auto'"
     if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise UsageError(f"{option} {address}: expected {expected}")
+        raise UsageError(f"{option} {address or repr(address)}: expected {expected}")
     try:
         socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
     except OSError as exc:

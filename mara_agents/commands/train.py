@@ -62,7 +62,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "or a table from `mara jobs import` (sets env.jobs; the days of the YAML's env.split, "
         "'train' in the shipped experiments); 'none' forces the synthetic workload",
     )
-    parser.add_argument("--verbose", type=int, default=1, help="Tune verbosity (0-3)")
+    parser.add_argument("--verbose", type=int, default=1, help="Tune verbosity, 0-3")
     parser.add_argument(
         "--pretrain-only",
         action="store_true",
@@ -79,6 +79,7 @@ def run(args: argparse.Namespace) -> int:
     from mara_env.config import ConfigError
 
     try:
+        checks.check(0 <= args.verbose <= 3, "--verbose", args.verbose, "a Tune verbosity 0-3")
         exp = load_experiment(args.experiment)
         if args.jobs is not None:
             jobs = None if args.jobs == "none" else args.jobs
