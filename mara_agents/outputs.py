@@ -137,12 +137,13 @@ def prepare_out(
     ``resumable`` says whether ``command`` has ``--resume``, for the message.  A run
     already writing there (its lock held) stops this one at once.  ``files`` and ``dirs``
     (names in ``path``, glob patterns allowed) are what the run will write: one of them
-    found as the other kind is refused now, not after the run.  Use the result as a context manager
-    (or keep it and call :meth:`RunDir.release`): the lock is held until then.
+    found as the other kind is refused now, not after the run.  Use the result as a
+    context manager (or keep it and call :meth:`RunDir.release`): the lock is held until
+    then, and a run that fails having written nothing leaves no trace.
 
     Example::
 
-        with prepare_out(args.out, command="calibrate", force=args.force):
+        with prepare_out(args.out, command="mine", force=args.force, files=("*.csv",)):
             ...  # write into args.out
     """
     path = _named(path, option, "a directory")
