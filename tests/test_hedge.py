@@ -6,8 +6,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from flow_predictor.remaining import RemainingWork
 from mara_agents.baselines import ALL_SCHEDULERS
-from mara_agents.baselines.hedge import Hedge, HedgeParams, finish_chances, hedge_plan
+from mara_agents.baselines.hedge import (
+    CensoredFlow,
+    Hedge,
+    HedgeParams,
+    finish_chances,
+    hedge_plan,
+)
 from mara_agents.evaluation.registry import SpecError, make_scheduler
 from mara_env.cluster import DONE, ClusterSim
 from mara_env.schedulers import run_episode, ticks_needed
@@ -125,3 +132,25 @@ def test_bad_options_are_one_line_errors(spec, words) -> None:
     with pytest.raises(SpecError) as err:
         make_scheduler(spec)
     assert words in str(err.value) and "\n" not in str(err.value)
+
+
+FALSE = np.zeros(2, bool)
+
+
+def test_flow_samples_past_its_horizon_are_censored_not_never() -> None:
+    class Cache:
+        def clear(self) -> None: ...
+
+        def get(self, sim, tasks) -> RemainingWork:
+            return RemainingWork(np.array([[1.0, np.inf, np.inf], [2.0, 3.0, 4.0]]), FALSE)
+
+    class Sim:
+        hist_work = [[1.0, 2.0], [1.0]]
+        work = np.array([4.0, 1.0])
+
+    tasks = np.array([0, 1])
+    # horizon 24 from the last report (work 2): at least 25 x 2 - 4 = 46 more work
+    rw = CensoredFlow(Cache(), 24.0, tail=4.0).get(Sim(), tasks)
+    assert rw.samples[0].tolist() == pytest.approx([1.0, 46 * 4**0.25, 46 * 4**0.75])
+    assert rw.samples[1].tolist() == [2.0, 3.0, 4.0]
+    assert np.isinf(CensoredFlow(Cache(), 24.0, tail=0).get(Sim(), tasks).samples).sum() == 2
