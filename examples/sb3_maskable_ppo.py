@@ -45,6 +45,7 @@ import numpy as np
 import pettingzoo
 from pettingzoo import AECEnv
 from sb3_contrib import MaskablePPO
+from stable_baselines3.common.env_checker import check_env
 
 import mara_env
 from mara_env.schedulers import EDF, RandomScheduler, run_episode
@@ -123,6 +124,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     """Train, evaluate against EDF, print both; returns the mean completion rates."""
     args = parse_args(argv)
     env = make_env(args.nodes, args.slots, args.load, args.horizon)
+    check_env(env)  # SB3's own check of the spaces and the reset/step API
     # gamma close to 1: one tick is `nodes` decisions, and a task lasts tens of ticks.
     model = MaskablePPO(
         "MlpPolicy", env, n_steps=min(2048, args.timesteps), gamma=0.999, seed=args.seed

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
+import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
@@ -22,13 +21,20 @@ SMALL = {
 }
 
 
-def load_script(path: Path) -> ModuleType:
-    """Import a script of a folder that is not a package (``examples/``, ``benchmarks/``)."""
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[path.stem] = module  # dataclasses look their module up while the class is built
-    spec.loader.exec_module(module)
-    return module
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run_script(path: str, *args: str, timeout: float = 900) -> subprocess.CompletedProcess:
+    """Run a script of ``examples/`` or ``benchmarks/`` (relative to the repository) as a
+    user does, in its own interpreter: tests read what it prints and writes, never its
+    internals."""
+    return subprocess.run(
+        [sys.executable, str(ROOT / path), *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -1,21 +1,18 @@
-"""examples/rllib_stock_ppo.py: RLlib's stock PPO trains on both envs, evaluates and writes
-its outputs; the command line names bad settings."""
+"""examples/rllib_stock_ppo.py, run as a user runs it: RLlib's stock PPO trains on both envs,
+evaluates and writes its outputs; the command line names bad settings."""
 
 from __future__ import annotations
 
 import json
-import math
-from pathlib import Path
 
 import pytest
 
 pytest.importorskip("ray.rllib", reason="ray[rllib] is not installed (pip install -e '.[rllib]')")
 import pandas as pd  # noqa: E402
-import ray  # noqa: E402
 
-from tests.conftest import load_script  # noqa: E402
+from tests.conftest import run_script  # noqa: E402
 
-SCRIPT = Path(__file__).resolve().parents[1] / "examples" / "rllib_stock_ppo.py"
+SCRIPT = "examples/rllib_stock_ppo.py"
 # A tiny cluster and batch, sampled in this process; the budget is spent after the first
 # iteration.  Base seed 2: the three evaluation episodes each hold a task at this horizon.
 TINY = (
@@ -34,16 +31,12 @@ POLICIES = (
 )
 
 
-@pytest.fixture(scope="module")
-def example():
-    yield load_script(SCRIPT)
-    ray.shutdown()
-
-
 @pytest.mark.parametrize("env", ["plain", "stay"])
-def test_stock_ppo_trains_evaluates_and_writes_outputs(example, tmp_path, env):
+def test_stock_ppo_trains_evaluates_and_writes_outputs(tmp_path, env):
     out = tmp_path / env
-    result = example.main(f"--env {env} {TINY} --out {out}".split())
+    proc = run_script(SCRIPT, *f"--env {env} {TINY} --out {out}".split())
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads((out / "result.json").read_text())
     for name in POLICIES:
         assert 0.0 <= result[name] <= 1.0, name
         assert result[f"{name}_moves_per_tick"] >= 0.0, name
@@ -61,9 +54,7 @@ def test_stock_ppo_trains_evaluates_and_writes_outputs(example, tmp_path, env):
     if env == "stay":  # an iteration of 64 ticks holds whole episodes of ~10 ticks
         assert curve["episodes"].sum() >= 1
     assert result["train_seconds"] >= 0.6 and result["iterations"] == len(curve)
-    saved = json.loads((out / "result.json").read_text())
-    assert saved["config"]["env"] == env and len(saved["seeds"]) == 3
-    assert math.isclose(saved["ppo"], result["ppo"])
+    assert result["config"]["env"] == env and len(result["seeds"]) == 3
 
 
 @pytest.mark.parametrize(
@@ -78,7 +69,6 @@ def test_stock_ppo_trains_evaluates_and_writes_outputs(example, tmp_path, env):
         ("--nodes 0", "config num_nodes=0: expected a positive integer"),
     ],
 )
-def test_the_command_line_names_bad_settings(example, capsys, argv, message):
-    with pytest.raises(SystemExit):
-        example.parse_args(argv.split())
-    assert message in capsys.readouterr().err
+def test_the_command_line_names_bad_settings(argv, message):
+    proc = run_script(SCRIPT, *argv.split())
+    assert proc.returncode == 2 and message in proc.stderr, proc.stderr[-2000:]
