@@ -93,8 +93,9 @@ class RoundEnv(gymnasium.Env):
       ``#{j < i: a_j = s} >= slot_cap[s]``;
     * ``state = observation ++ queue``.
 
-    :class:`mara_agents.training.rl_module.MaraRoundModule` rebuilds these views inside its
-    decoder; a test checks them against the AEC env's ``observe`` at every node.
+    :func:`mara_agents.policy.rounds.per_node_features` rebuilds these views for the
+    policy's decoder, its teacher forcing and behaviour cloning; a test checks them
+    against the AEC env's ``observe`` at every node.
 
     **Reward**: the team reward of the round (completions plus the shaping term),
     the same number every node gets in the AEC env.  **Termination** / **truncation**:

@@ -14,8 +14,8 @@ from mara_agents.policy.network import (
     ModelError,
     ObsLayout,
     RoundEncoding,
+    _slot_scores,
     _SlotAttention,
-    _SlotScores,
 )
 from mara_env.cluster_env import NODE_FEATURES, QUEUE_FEATURES, SLOT_FEATURES
 
@@ -195,8 +195,9 @@ def test_written_out_attention_is_multihead_attention() -> None:
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
 
 
-def test_slot_scorer_backward_is_its_gradient() -> None:
-    """The hand-written backward of the scorer against finite differences (float64)."""
+def test_slot_scorer_gradient_is_its_derivative() -> None:
+    """The scorer's gradient (autograd through its in-place steps) against finite
+    differences (float64)."""
     g = torch.Generator().manual_seed(0)
     p, m, s, b = 7, 3, 4, 3
 
@@ -213,7 +214,7 @@ def test_slot_scorer_backward_is_its_gradient() -> None:
         rand(1, s).requires_grad_(),
         rand(1).requires_grad_(),
     )
-    assert torch.autograd.gradcheck(_SlotScores.apply, inputs)
+    assert torch.autograd.gradcheck(_slot_scores, inputs)
 
 
 def test_the_shipped_policy_scores_real_rounds_as_the_dense_formulation(

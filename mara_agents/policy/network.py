@@ -143,65 +143,26 @@ class _SlotAttention(nn.Module):
         return attn.out_proj(out.flatten(1))
 
 
-def _score_hidden(
+def _slot_scores(
     slot: torch.Tensor,
     per_node: torch.Tensor,
     w_per_node: torch.Tensor,
     node: torch.Tensor,
     rounds: torch.Tensor,
+    w_out: torch.Tensor,
+    b_out: torch.Tensor,
 ) -> torch.Tensor:
-    """The scorer's hidden layer ``(P, M, S)`` of :class:`_SlotScores`, in one buffer."""
-    hidden = node.index_select(0, rounds)
-    hidden += slot[:, None]
-    flat = hidden.view(-1, hidden.shape[-1])
-    flat.addmm_(per_node.reshape(-1, per_node.shape[-1]), w_per_node.t())
-    return hidden.relu_()
-
-
-class _SlotScores(torch.autograd.Function):
     """The scorer's hidden layer and output for ``P`` (round, slot) pairs and ``M`` nodes:
     ``relu(slot[p] + per_node[p, m] @ w_per_node.T + node[rounds[p], m]) @ w_out.T + b_out``
     ``(P, M)``, from ``slot`` ``(P, S)``, ``per_node`` ``(P, M, 3)``, ``node`` ``(B, M, S)``.
 
-    What ``nn.Linear`` and ``torch.relu`` compute (to float rounding), in one buffer of
-    ``P x M x S`` (the largest tensor of a PPO update) instead of four, with a backward
-    that passes over it a few times instead of a dozen.  ``per_node`` and ``rounds`` get
-    no gradient.
-    """
-
-    @staticmethod
-    def forward(
-        ctx: Any,
-        slot: torch.Tensor,
-        per_node: torch.Tensor,
-        w_per_node: torch.Tensor,
-        node: torch.Tensor,
-        rounds: torch.Tensor,
-        w_out: torch.Tensor,
-        b_out: torch.Tensor,
-    ) -> torch.Tensor:
-        hidden = _score_hidden(slot, per_node, w_per_node, node, rounds)
-        ctx.save_for_backward(hidden, per_node, rounds, w_out)
-        ctx.num_rounds = node.shape[0]
-        return hidden @ w_out[0] + b_out
-
-    @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
-        hidden, per_node, rounds, w_out = ctx.saved_tensors
-        need = ctx.needs_input_grad
-        grad = grad.contiguous()
-        # relu's gradient: 0 where the unit is off (torch's convention at 0 too)
-        grad_hidden = (grad[..., None] * w_out[0]).masked_fill_(hidden <= 0, 0.0)
-        flat = grad_hidden.flatten(0, 1)
-        grad_slot = grad_hidden.sum(1) if need[0] else None
-        grad_w_per_node = (per_node.flatten(0, 1).t() @ flat).t() if need[2] else None
-        grad_node = None
-        if need[3]:
-            shape = (ctx.num_rounds, *grad_hidden.shape[1:])
-            grad_node = grad_hidden.new_zeros(shape).index_add_(0, rounds, grad_hidden)
-        grad_w_out = grad.reshape(1, -1) @ hidden.flatten(0, 1) if need[5] else None
-        grad_b_out = grad.sum().reshape(1) if need[6] else None
-        return grad_slot, None, grad_w_per_node, grad_node, None, grad_w_out, grad_b_out
+    The hidden layer is built in one ``P x M x S`` buffer (the largest tensor of a PPO
+    update) by in-place steps that autograd differentiates."""
+    hidden = node.index_select(0, rounds)
+    hidden += slot[:, None]
+    flat = hidden.view(-1, hidden.shape[-1])
+    flat.addmm_(per_node.reshape(-1, per_node.shape[-1]), w_per_node.t())
+    return hidden.relu_() @ w_out[0] + b_out
 
 
 class RoundEncoding(NamedTuple):
@@ -332,11 +293,7 @@ class MaraNet(nn.Module):
         rows, slots = enc.rounds, enc.slots
         inputs = (enc.score_slot, per_node[rows, :, slots], self.score_per_node.weight)
         inputs += (score_node + score_ctx, rows)
-        w_out, b_out = self.score_out.weight, self.score_out.bias
-        if torch.is_grad_enabled():
-            scores = _SlotScores.apply(*inputs, w_out, b_out)
-        else:  # acting: the forward alone, without autograd.Function's overhead per call
-            scores = _score_hidden(*inputs) @ w_out[0] + b_out
+        scores = _slot_scores(*inputs, self.score_out.weight, self.score_out.bias)
         # one (B, M, K + 1) tensor: the scored slots, the idle logit last, masked elsewhere
         k = self.layout.num_slots
         out = scores.new_full((*per_node.shape[:-2], k + 1), MASKED_LOGIT)
