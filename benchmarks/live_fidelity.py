@@ -52,7 +52,7 @@ from mara_agents.live.calibrate import Calibration, calibrate
 from mara_agents.live.jobfile import JobFile, load_job_file
 from mara_agents.live.run import run_live
 from mara_agents.reproduce import markdown_table
-from mara_env.cluster import ClusterSim
+from mara_env.cluster import DONE, ClusterSim
 from mara_env.config import ClusterConfig
 from mara_env.throughput import ThroughputModel
 from mara_env.traces import TraceSet
@@ -142,10 +142,11 @@ def job_file(seed: int, jobs: int, reference: pd.DataFrame, tick_seconds: float)
 
 
 def measured_world(
-    runs: dict[str, Path], jobs: JobFile, slices: pd.DataFrame, alpha_prior: float
+    runs: dict[str, Path], jobs: JobFile, slices: pd.DataFrame, cal: Calibration
 ) -> tuple[TraceSet, Workload, np.ndarray]:
     """Traces, workload and rate priors for the simulator from what the live runs of one
-    job file recorded (``slices``: every run's slices.csv)."""
+    job file recorded (``slices``: every run's slices.csv), with ``cal``'s alpha prior and
+    noise."""
     curves = [pd.read_csv(d / "curves.csv") for d in runs.values()]
     frames = []
     for job in jobs.jobs:  # every run's evaluations of the job, merged: the loss at a step
@@ -166,6 +167,7 @@ def measured_world(
     probes, tick = start["probes"], float(start["tick_seconds"])
     prior = np.array([p["steps_per_s"] * tick for p in probes])
     prior = np.where(np.isfinite(prior) & (prior > 0), prior, 1.0)
+    alpha_prior = cal.alpha if cal.alpha is not None else 0.8
     model = ThroughputModel(
         np.zeros(len(jobs.jobs), np.int64), alpha_prior=alpha_prior, rate_prior=prior
     )
@@ -175,6 +177,9 @@ def measured_world(
         steady["slice_steps"].to_numpy(float),
     )
     rate, alpha = model.rates()
+    # the fit is in log space: the geometric mean of a slice's steps; the simulator's
+    # noise has mean 1, so its true rate is the arithmetic mean, sqrt(1 + cv**2) above
+    rate = rate * math.sqrt(1.0 + cal.throughput_noise**2)
     trace = np.array([order[j.name] for j in jobs.jobs])
     work_true = np.full(len(jobs.jobs), np.inf)
     for k, job in enumerate(jobs.jobs):
@@ -201,26 +206,33 @@ def measured_world(
 
 def simulate(
     specs: list[str], jobs: JobFile, runs: dict[str, Path], cal: Calibration, nodes: int, seeds: int
-) -> dict[str, float]:
-    """Each spec's mean completion rate on the job file's replay in the calibrated simulator."""
+) -> tuple[dict[str, tuple[float, float]], pd.DataFrame]:
+    """Each spec's completion rate on the job file's replay in the calibrated simulator
+    (the mean over ``seeds`` noise draws, and the mean absolute deviation of one draw from
+    it), and each job's share of draws in which it completed, per spec."""
     slices = pd.concat([pd.read_csv(d / "slices.csv") for d in runs.values()])
-    alpha = cal.alpha if cal.alpha is not None else 0.8
-    traces, workload, prior = measured_world(runs, jobs, slices, alpha)
+    traces, workload, prior = measured_world(runs, jobs, slices, cal)
     config = ClusterConfig(
         num_nodes=nodes,
         horizon=1 + int(workload.arrival.max()),
         throughput="measured",
         **cal.settings(),
     )
-    out = {}
+    out, per_job = {}, []
     for spec in specs:
-        rates = []
+        rates, done = [], np.zeros(len(jobs.jobs))
         for seed in range(seeds):
             sim = ReplaySim(config, traces, workload, prior)
             metrics = run_spec(expand_alias(spec), config, traces, seed, backend=sim)
             rates.append(metrics["completion_rate"])
-        out[spec] = float(np.mean(rates))
-    return out
+            done += sim.status == DONE
+        out[spec] = (
+            float(np.mean(rates)),
+            float(np.abs(np.subtract(rates, np.mean(rates))).mean()),
+        )
+        names = [j.name for j in jobs.jobs]
+        per_job.append(pd.DataFrame({"scheduler": spec, "job": names, "simulated": done / seeds}))
+    return out, pd.concat(per_job, ignore_index=True)
 
 
 def _tau(a: pd.Series, b: pd.Series) -> float:
@@ -276,17 +288,22 @@ def main() -> None:
     cal = calibrate([d for r in runs.values() for d in r.values()])
     (args.out / "cluster.yaml").write_text(cal.yaml())
 
-    rows = []
+    rows, jobs_rows = [], []
     for path in files:
         jobs = load_job_file(path, args.tick_seconds, args.nodes)
-        simulated = simulate(specs, jobs, runs[path], cal, args.nodes, args.sim_seeds)
+        simulated, per_job = simulate(specs, jobs, runs[path], cal, args.nodes, args.sim_seeds)
         for spec in specs:
             live = pd.read_csv(runs[path][spec] / "results.csv").iloc[0]["completion_rate"]
-            row = {"file": path.stem, "scheduler": spec, "live": live}
-            rows.append({**row, "simulated": simulated[spec]})
+            mean, spread = simulated[spec]
+            row = {"file": path.stem, "scheduler": spec, "live": live, "simulated": mean}
+            rows.append({**row, "one_draw": 100 * spread})
+            outcome = pd.read_csv(runs[path][spec] / "jobs.csv")[["job", "trainer", "outcome"]]
+            mine = per_job[per_job["scheduler"] == spec].merge(outcome, on="job")
+            jobs_rows.append(mine.assign(live=mine["outcome"] == "completed"))
     table = pd.DataFrame(rows)
     table["difference"] = 100 * (table["simulated"] - table["live"])  # points
     table.to_csv(args.out / "fidelity.csv", index=False)
+    by_job = pd.concat(jobs_rows, ignore_index=True)
 
     print(
         f"\n{len(files)} job files x {args.jobs_per_file} jobs, {args.nodes} nodes, "
@@ -296,7 +313,15 @@ def main() -> None:
     print(f"calibrated: {cal.settings()} ({cal.joining} joining slices, {cal.steady} steady)")
     print(markdown_table(table.set_index(["file", "scheduler"]).round(3)))
     mad = table["difference"].abs().mean()
-    print(f"mean |simulated - live|: {mad:.1f} points over {len(table)} runs")
+    print(
+        f"mean |simulated - live|: {mad:.1f} points over {len(table)} runs; mean "
+        f"(simulated - live): {table['difference'].mean():+.1f}; one simulated draw differs "
+        f"from the simulated mean by {table['one_draw'].mean():.1f} points on average (the "
+        "part of the difference a single live run's own chance accounts for)"
+    )
+    family = by_job.groupby("trainer")[["live", "simulated"]].mean()
+    print("jobs completed, per trainer (all files and schedulers):")
+    print(markdown_table(family.round(3)))
     taus, same = [], 0
     for name, mine in table.groupby("file", sort=False):
         tau = _tau(mine["live"], mine["simulated"])
