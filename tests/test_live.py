@@ -37,10 +37,11 @@ EASY = """
 defaults: {cap: 2, deadline: 10}
 jobs:
   - {name: vision-a, trainer: vision, target: 0.8, arrival: 0}
-  - {name: lm-a, trainer: lm, target: 3.3, arrival: 0}
+  - {name: lm-a, trainer: lm, target: 3.3, arrival: 0, eval_every: 5}
   - {name: rl-a, trainer: rl, target: 0.9, arrival: 1}
   - {name: vision-b, trainer: vision, seed: 1, target: 0.8, arrival: 2}
 """
+EVERY = {"vision-a": 20, "lm-a": 5, "rl-a": 10, "vision-b": 20}  # EASY's, and the defaults'
 
 
 @pytest.fixture(autouse=True)
@@ -108,19 +109,27 @@ def test_the_shipped_policy_schedules_real_jobs(tmp_path):
     curves = pd.read_csv(out / "curves.csv")
     assert list(curves.columns) == ["trace_id", "family", "source", "step", "loss"]
     assert set(curves["trace_id"]) >= set(ran["job"])
-    for _, c in curves.groupby("trace_id"):
+    for name, c in curves.groupby("trace_id"):
         assert c["step"].iloc[0] == 0 and (c["step"].diff().dropna() > 0).all()
+        assert (c["step"] % EVERY[name] == 0).all()  # it evaluated every eval_every steps
+    for _, job in done.iterrows():  # and stopped at its first evaluation <= its target
+        mine = curves[curves["trace_id"] == job["job"]]
+        first = mine[mine["loss"] <= job["target"]].iloc[0]
+        assert first["step"] == job["steps"] == mine["step"].max()
     long = curves.groupby("trace_id").filter(lambda c: len(c) >= MIN_POINTS)
     if len(long):  # what `mara traces import` takes (a curve of MIN_POINTS reports or more)
         validate_traces(long, "curves.csv")
     slices = pd.read_csv(out / "slices.csv")
     assert (slices["status"] == "ok").all()
+    assert set(slices.loc[slices["passed"], "job"]) == set(done["job"])
+    slices = slices[~slices["passed"]]  # those ran to the end of their tick
     # a slice fills its tick: set-up (building or restoring the job) and training, up to
     # the step it leaves out because it would overrun the tick (on a loaded machine a step
     # can take a good part of the 1 s tick; the slice's running estimate of a step is
     # within a few of its mean steps)
     per_step = slices["train_s"] / slices["slice_steps"].clip(lower=1)
-    assert ((slices["setup_s"] + slices["train_s"] + 3 * per_step) > 0.9).all()
+    used = slices["setup_s"] + slices["train_s"] + slices["eval_s"]
+    assert ((used + 3 * per_step) > 0.9).all()
     assert (slices.loc[~slices["fresh"], "setup_s"] < 0.05).all()  # staying workers keep it
     for name in ("summary.md", "gantt.png", "throughput.csv", "journal.jsonl"):
         assert (out / name).stat().st_size > 0
@@ -148,7 +157,10 @@ def test_a_job_that_raises_fails_alone(tmp_path, trainer, step):
 def _start(tmp_path: Path, out: Path, *extra: str) -> subprocess.Popen:
     args = [MARA, "live", str(_jobs(tmp_path)), "--scheduler", "uniform", "--nodes", "3"]
     args += ["--tick-seconds", "1", "--out", str(out), "--no-progress", *extra]
-    return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}  # its process records
+    return subprocess.Popen(
+        args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
+    )
 
 
 def _ticks(out: Path) -> int:
@@ -190,6 +202,10 @@ def test_a_killed_driver_resumes_from_its_journal(tmp_path):
     _wait_for_ticks(proc, out, 3)
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=30)
+    from mara_agents.live import processes
+
+    (record,) = (tmp_path / "cache" / "mara" / "live-ray").glob("*.json")
+    left = json.loads(record.read_text())["processes"]  # its Ray, started by the killed driver
     journalled = _ticks(out)
     assert not (out / "results.csv").exists()
     resumed = _start(tmp_path, out, "--resume")
@@ -198,6 +214,9 @@ def test_a_killed_driver_resumes_from_its_journal(tmp_path):
     ticks = [r["t"] for r in records[1:]]
     assert ticks == list(range(len(ticks))) and len(ticks) >= journalled
     assert len(pd.read_csv(out / "results.csv")) == 1
+    # none of the killed driver's Ray processes is left (the resumed run ended them)
+    still = [p for p, started in left if (processes._stat(p) or (0, -1))[1] == started]
+    assert left and not still
     slices = pd.read_csv(out / "slices.csv")
     for job, mine in slices[slices["status"] == "ok"].groupby("job"):
         steps = mine["steps"].to_numpy()
