@@ -3,7 +3,7 @@ simulator, over several job files.
 
 How to run::
 
-    python benchmarks/live_fidelity.py [--files 5] [--jobs-per-file 6] [--nodes 3]
+    python benchmarks/live_fidelity.py [--files 10] [--jobs-per-file 8] [--nodes 3]
         [--tick-seconds 1.5] [--schedulers uniform,lara,flow_share,mara] [--sim-seeds 20]
         [--out results/live_fidelity] [--reuse]
 
@@ -12,21 +12,23 @@ How to run::
    one-process speed.
 2. **Job files.** File ``s`` is drawn by a seeded generator (:func:`job_file`): jobs of
    every trainer, each with a required work ``W`` (steps) and the reference loss at ``W``
-   as its target, arrivals over the first ticks, and a deadline of ``slack * W`` at the
-   reference speed, so the nodes cannot serve every job in time.
+   as its target, arrivals over the first ticks, and a deadline of ``slack * W`` at
+   ``SPEED_SHARE`` of the reference speed, so the nodes cannot serve every job in time.
 3. **Live.** Every scheduler runs every file (``mara live`` on one private Ray).
 4. **Calibration.** ``mara calibrate`` over all live runs fits ``reassign_cost``,
    ``alpha_range`` and ``throughput_noise`` (``cluster.yaml``).
 5. **Simulated.** Each file is replayed in the simulator with those settings: each job's
    evaluations (every run's, merged) as its trace, its throughput fitted to every steady
-   slice of its runs (the calibrated ``alpha`` as the prior), throughput handed to the
-   schedulers as an estimate (``throughput="measured"``), the mean of ``--sim-seeds``
-   draws of the noise.
+   slice of its runs (the calibrated ``alpha`` as the prior; the mean, not the log-space
+   fit's geometric mean), throughput handed to the schedulers as an estimate
+   (``throughput="measured"``), the mean of ``--sim-seeds`` draws of the noise.
 
 Prints, per file and scheduler, the completion rate live and simulated and their
-difference (points), the mean absolute difference, Kendall's tau between the live and
+difference (points), the mean absolute difference and how far one simulated draw lies
+from the simulated mean, jobs completed per trainer, Kendall's tau between the live and
 simulated order of the schedulers per file and pooled (the schedulers' means over files),
-how many files have the same winner, and the load average while the live runs ran.
+in how many files the simulator's winner is a live winner, and the load average while
+the live runs ran.
 
 Results to expect: see docs/live.md ("Simulator fidelity").
 """
@@ -243,7 +245,7 @@ def _tau(a: pd.Series, b: pd.Series) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--files", type=int, default=5, help="generated job files (seeds 0..)")
+    parser.add_argument("--files", type=int, default=10, help="generated job files (seeds 0..)")
     parser.add_argument("--jobs-per-file", type=int, default=8)
     parser.add_argument("--nodes", type=int, default=3)
     parser.add_argument("--tick-seconds", type=float, default=1.5)
