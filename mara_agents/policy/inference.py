@@ -28,7 +28,7 @@ from mara_agents.policy.policy_file import (
     read_policy,
     trained_nodes,
 )
-from mara_agents.policy.rounds import decode
+from mara_agents.policy.rounds import decode, greedy_fixed_point
 
 
 class MaraPolicy:
@@ -94,7 +94,10 @@ class MaraPolicy:
         would give node by node in the AEC env)."""
         batch = {k: torch.from_numpy(np.asarray(v))[None] for k, v in obs.items()}
         with torch.inference_mode():
-            actions = decode(self.net, batch, greedy, self.generator)[0]
+            if greedy:  # decode's greedy decoder, without the log-probability
+                actions = greedy_fixed_point(self.net, batch)[0]
+            else:
+                actions = decode(self.net, batch, greedy, self.generator)[0]
         return actions[0].numpy()
 
     def act(self, obs: dict[str, np.ndarray], greedy: bool = True) -> int:

@@ -93,7 +93,7 @@ def round_features(
     ``(B, N)``: node ``i`` sees the actions of nodes ``< i`` (``context``: the round's
     :func:`round_context`, computed here if not given)."""
     ctx = round_context(obs, k) if context is None else context
-    taken = _slot_onehot(torch.where(actions == k, -1, actions.long()), k)
+    taken = F.one_hot(actions.long(), k + 1)[..., :k]  # idle (K) counts for no slot
     chosen = taken.cumsum(1) - taken  # choices of earlier nodes
     return per_node_features(obs, ctx.one_hot, chosen, ctx.pending, ctx.inv)
 
