@@ -30,6 +30,9 @@ import torch.nn.functional as F
 from mara_agents.policy.network import MINE_INDEX, MaraNet, ObsLayout
 
 Obs = dict[str, torch.Tensor]
+# Nodes scored per pass of the greedy decoder: a pass costs WINDOW x K whatever N is.  At
+# N = 16 one window covers the round (a pass per wave of changes, as whole-round Jacobi).
+WINDOW = 16
 
 
 def _slot_onehot(slot: torch.Tensor, k: int) -> torch.Tensor:
@@ -123,30 +126,47 @@ def decode(
     return acts, logp, logit_all
 
 
-def greedy_fixed_point(net: MaraNet, obs: Obs) -> tuple[torch.Tensor, torch.Tensor]:
+def greedy_fixed_point(
+    net: MaraNet, obs: Obs, window: int = WINDOW
+) -> tuple[torch.Tensor, torch.Tensor]:
     """The greedy actions ``(B, N)`` of a round and their logits ``(B, N, K + 1)``, found as
-    the fixed point of teacher forcing on a guess (Jacobi decoding).
+    the fixed point of teacher forcing on a guess (Jacobi decoding), ``window`` nodes at a
+    time.
 
-    Start from every node staying on the slot it served (idle if none) and compute all
-    nodes' logits given that guess in one call of the head; the argmax is the next guess.
-    If the guess's first ``j`` actions are the greedy ones, the next guess's first
-    ``j + 1`` are, so at most ``N + 1`` passes reach a guess that is its own argmax: each
-    node's action is then the argmax given the earlier nodes' actions, which is what
-    decoding node after node gives.  Nodes mostly stay, so a round takes a few passes.
+    Start from every node staying on the slot it served (idle if none).  A pass scores
+    the window of nodes after the settled ones, given the settled nodes' actions and the
+    guess for the window's earlier nodes (one call of the head); the argmax is the next
+    guess.  The window's nodes up to its first changed action (in any round of the batch)
+    are then settled: each was scored given the settled actions before it, so its action
+    is the argmax given the earlier nodes' actions, which is what decoding node after
+    node gives.  Nodes mostly stay, so a window takes a few passes; the window bounds a
+    pass's cost on big clusters, where a change early in the round would otherwise make
+    every pass rescore all ``N`` nodes.
     """
     k = net.layout.num_slots
     enc = net.encode(obs["slots"], obs["action_mask"], reads=False)  # valid choices only
-    node_terms = net.encode_nodes(obs["nodes"])
+    score_node, idle_node = net.encode_nodes(obs["nodes"])
     slot = obs["node_slot"].long()
-    guess = torch.where(slot >= 0, slot, k)
-    context = round_context(obs, k)
-    for _ in range(guess.shape[1] + 1):
-        feats, mask = round_features(obs, guess, k, context)
-        logits = net.head(enc, node_terms, feats, mask)
-        acts = logits.argmax(-1)
-        if torch.equal(acts, guess):
-            break
-        guess = acts
+    acts = torch.where(slot >= 0, slot, k)
+    ctx = round_context(obs, k)
+    b, n = acts.shape
+    logits = enc.h.new_empty(b, n, k + 1)
+    before = torch.zeros_like(ctx.pending[:, 0])  # per slot: chosen by the settled nodes
+    done = 0
+    while done < n:
+        run = slice(done, min(done + window, n))
+        taken = F.one_hot(acts[:, run], k + 1)[..., :k]  # idle (K) counts for no slot
+        chosen = before[:, None] + taken.cumsum(1) - taken
+        feats, mask = per_node_features(
+            obs, ctx.one_hot[:, run], chosen, ctx.pending[:, run], ctx.inv
+        )
+        out = net.head(enc, (score_node[:, run], idle_node[:, run]), feats, mask)
+        new = out.argmax(-1)
+        changed = (new != acts[:, run]).any(0).nonzero()
+        settled = new.shape[1] if not len(changed) else int(changed[0]) + 1
+        acts[:, run], logits[:, run] = new, out
+        before += F.one_hot(new[:, :settled], k + 1)[..., :k].sum(1)
+        done += settled
     return acts, logits
 
 
