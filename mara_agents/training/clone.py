@@ -138,6 +138,9 @@ def _fit(
     opt = torch.optim.Adam(net.parameters(), lr=cfg.lr)
     t = {k: torch.from_numpy(v) for k, v in data.items()}
     n = len(t["action"])
+    if not n:  # episodes without a round (no task arrived): no decision to clone
+        log(f"{stage}: no steps to fit")
+        return
     gen = torch.Generator().manual_seed(exp.seed)
     for epoch in range(max(epochs, value_epochs)):
         perm = torch.randperm(n, generator=gen)
