@@ -8,7 +8,8 @@ each tick by this process's CPU clock in two parts: the flow predictions (the
 ``PredictionCache`` refresh, cached until a task's reports grow by 10 %) and the planning
 on them (exploration, chances of finishing, admission, this tick's counts).  Prints per
 cluster size and load the mean, median and 99th percentile of the planning cost per tick,
-the mean prediction cost per tick, the active tasks per tick and the completion rate.
+the mean prediction cost per tick, the active tasks per tick and the completion rate (a
+short untimed episode first loads the compiled functions).
 Goal: planning at most 5 ms per tick on 16 nodes.  CPU-clock figures: steadier than wall
 time on a shared machine, still higher while other jobs run.
 """
@@ -65,6 +66,10 @@ def main() -> None:
     if args.episodes < 1:
         p.error("--episodes must be >= 1")
     traces = load_traces(split=args.split)
+    # the first ticks of a process load numba's compiled functions: an untimed short episode
+    for predictor in ("flow", "oracle"):
+        short = ClusterConfig(split=args.split, num_nodes=8, horizon=10)
+        timed_episode(Hedge(predictor=predictor), short, traces, 0)
     print(f"{args.episodes} {args.split} episodes per point, CPU ms per tick, one process:")
     for nodes in (int(v) for v in args.nodes.split(",")):
         for load in (float(v) for v in args.loads.split(",")):
