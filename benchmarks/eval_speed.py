@@ -84,7 +84,7 @@ def harness(
 
 def policy_round(config: ClusterConfig, traces: TraceSet, seed: int = 0) -> None:
     """Part 3: one round of the shipped policy, decoded greedily as the harness acts."""
-    from mara_agents.policy.inference import single_thread
+    from flow_predictor.model import single_threaded
     from mara_env.round_env import RoundEnv
 
     agent = build("mara=")
@@ -98,7 +98,7 @@ def policy_round(config: ClusterConfig, traces: TraceSet, seed: int = 0) -> None
         rounds.append(agent._rounds.observe())
         driver.play(agent.act_round(env))
     start = time.perf_counter()
-    with single_thread():
+    with single_threaded():
         for obs in rounds:
             agent.policy.act_round(obs)
     us = (time.perf_counter() - start) / len(rounds) * 1e6

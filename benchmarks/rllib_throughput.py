@@ -301,12 +301,12 @@ def machine_line() -> str:
     second, so the ratio moves with their balance from one machine to the next."""
     import timeit
 
-    from flow_predictor.model import single_threaded_blas
+    from flow_predictor.model import single_threaded
 
     loop = min(timeit.repeat("sum(range(1000))", number=2000, repeat=5)) / 2000
     a, w = np.ones((256, 128), np.float32), np.ones((128, 128), np.float32)
     out = np.empty((256, 128), np.float32)
-    with single_threaded_blas():
+    with single_threaded():
         mm = min(timeit.repeat(lambda: np.matmul(a, w, out=out), number=500, repeat=5)) / 500
     return (
         f"machine: interpreted loop sum(range(1000)) {loop * 1e6:.1f} us; float32 product "

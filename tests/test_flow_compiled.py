@@ -1,7 +1,7 @@
 """The per-tick path of the flow model: the numbers of the plain numpy path.
 
 The featuriser, the crossing read-out and the wrapper's features are compiled with numba
-(``cache=True``); the ODE solver is numpy.  Compiled, they compute what the numpy path
+(``cache=True``); the ODE solver is numpy's products and torch's SiLU.  Compiled, they compute what the numpy path
 computed, in the same order: predictions agree within the float32 rounding of the solve
 (the tolerance below says how much that is), and flow_share, planning with the shipped
 flow model, completes the same tasks (decisions, not floats, are pinned exactly).
@@ -26,10 +26,11 @@ torch.set_num_threads(1)
 # one batch, target 0.9 x the lowest loss so far: quantiles 0.1 / 0.5 / 0.9 of remaining
 # work as the numpy path gave them (the two shortest are fallbacks: unknown, and WLS's
 # "never").  Tolerance: the solve runs in float32 (widths 128-256, four steps); on these
-# prefixes its quantiles are within 7.2e-6 relative of a float64 solve of the same network
-# (measured on an AMD EPYC).  Another float32 solve (other BLAS kernels, another CPU's exp)
-# is as far on the other side, so two may differ by ~1.5e-5, as an Intel Xeon did against
-# these pins; QUANTILE_RTOL leaves a factor of about 7 above that.
+# prefixes its quantiles are within 1e-5 relative of a float64 solve of the same network
+# (7e-6 to 9.5e-6 measured on an AMD EPYC, by the solver's numpy and torch SiLU).  Another
+# float32 solve (other BLAS kernels, another CPU's exp) is as far on the other side, so two
+# may differ by ~2e-5 (an Intel Xeon was 1.5e-5 off these pins); QUANTILE_RTOL leaves a
+# factor of 5 above that.
 QUANTILE_RTOL = 1e-4
 LENGTHS = (1, 2, 3, 4, 6, 9, 14, 22, 35, 60, 100, 160)
 PINNED_QUANTILES = [
@@ -49,7 +50,8 @@ PINNED_QUANTILES = [
 # (completed, expired, reassignments, wasted node-ticks) of flow_share with the shipped flow
 # model, episodes 0-3 of `mara evaluate --split val` at each load, as the numpy path gave them
 # on the machine that pinned them (re-pinned for the completion rule of commit f794556; the
-# solver with numba's hand-written exp and the plain numpy one give these same figures).
+# solver with numba's hand-written exp, with numpy's and with torch's SiLU give these same
+# figures).
 # numpy and OpenBLAS pick their kernels by CPU (numpy's AVX-512 exp and log, for one, differ
 # from the others in the last bit), and flow_share's choice in a tick or two then goes the
 # other way: before the re-pin, a CPU with AVX-512 gave (55, 46, 261, 1070) for the first

@@ -13,9 +13,10 @@ from typing import Any
 
 import numpy as np
 
+from flow_predictor.model import single_threaded
 from flow_predictor.remaining import FLOW_SAMPLES
 from flow_predictor.wrapper import make_predictor, wrap
-from mara_agents.policy.inference import MaraPolicy, load_policy, single_thread, slots_for
+from mara_agents.policy.inference import MaraPolicy, load_policy, slots_for
 from mara_agents.policy.policy_file import SHIPPED_POLICY, read_policy, trained_nodes
 from mara_env.config import ClusterConfig
 
@@ -78,7 +79,7 @@ class MaraAgent:
 
     def act_round(self, env: Any) -> np.ndarray:
         """The ``N`` node actions of the round ``env`` is at the start of."""
-        with single_thread():
+        with single_threaded():
             return self.policy.act_round(self._rounds.observe(), greedy=self.greedy)
 
     def act(self, env: Any, agent: str) -> int:

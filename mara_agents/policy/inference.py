@@ -9,9 +9,7 @@ a cluster the policy was not trained on.
 
 from __future__ import annotations
 
-import contextlib
 import math
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -128,22 +126,3 @@ def slots_for(trained_slots: int, trained_nodes: int, num_nodes: int) -> int:
     every task that gets a node visible) and keeps the features divided by ``K``
     (``active_tasks``, ``queued_tasks``, ``queue_count``) on the scale of training."""
     return max(trained_slots, math.ceil(trained_slots * num_nodes / trained_nodes))
-
-
-@contextlib.contextmanager
-def single_thread() -> Iterator[None]:
-    """torch and numpy's BLAS on one thread inside, the caller's thread counts restored
-    after: one round is a few small arrays, where more threads only add overhead (and
-    contention with the harness's other worker processes)."""
-    from flow_predictor.model import single_threaded_blas
-
-    threads = torch.get_num_threads()
-    with single_threaded_blas():
-        if threads == 1:
-            yield
-            return
-        torch.set_num_threads(1)
-        try:
-            yield
-        finally:
-            torch.set_num_threads(threads)
