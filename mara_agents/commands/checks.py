@@ -179,7 +179,7 @@ def cluster_from_args(args: argparse.Namespace, loads: list[float], option: str)
     from mara_env.traces import load_traces
 
     fitted = {}
-    if getattr(args, "cluster", None) is not None:
+    if args.cluster is not None:
         from mara_agents.live.calibrate import read_cluster_file
 
         fitted = read_cluster_file(args.cluster, CLUSTER_FLAGS)
