@@ -11,7 +11,6 @@ from mara_agents.baselines import ALL_SCHEDULERS
 from mara_agents.baselines.hedge import (
     CensoredFlow,
     Hedge,
-    HedgeParams,
     finish_chances,
     hedge_plan,
 )
@@ -41,33 +40,32 @@ def test_chances_count_the_samples_that_finish() -> None:
     assert capped[1, 3:].tolist() == [0.0, 0.0]  # beyond the cap
 
 
-def test_admission_keeps_what_fits_and_drops_the_dearest() -> None:
+def test_admission_takes_the_most_chance_per_node_tick() -> None:
     # Two tasks due in 4 ticks on 2 nodes (cap 2), each needing both nodes: the first for
-    # 3 ticks (work 4), the second for all 4 (work 6): the dearer second is dropped.
+    # 3 ticks (work 4: 6 node-ticks), the second for all 4 (work 6: 8): the first is kept.
     one = np.ones(2)
-    plan = hedge_plan(np.array([[4.0], [6.0]]), 4 * one, np.array([2, 2]), 0 * one, one, one, 2, 2)
+    plan = hedge_plan(np.array([[4.0], [6.0]]), 4 * one, np.array([2, 2]), 0 * one, one, one, 2)
     assert plan.kept.tolist() == [True, False]
     assert plan.counts.tolist() == [2, 0]
-    # a reserve for arrivals beyond 1 tick: 2 x (1 + 0.5 x 3) = 5 node-ticks, not 8
-    plan = hedge_plan(
-        np.array([[6.0]]), np.array([4.0]), np.array([2]), np.zeros(1), np.ones(1),
-        np.ones(1), 2, 2, HedgeParams(reserve=0.5, lead=1),
-    )  # fmt: skip
-    assert not plan.kept[0]
+    # 4 nodes: both fit, each at its cheapest deadline-meeting count
+    plan = hedge_plan(np.array([[4.0], [6.0]]), 4 * one, np.array([2, 2]), 0 * one, one, one, 4)
+    assert plan.counts.tolist() == [2, 2]
 
 
-def test_leftover_nodes_raise_the_chance_of_finishing_most() -> None:
-    # Two samples each; 3 ticks, 4 nodes.  A: work 2 or 8 (1 node: 0.5; 4 nodes: 1.0).
-    # B: work 2 or 4.  At confidence 0.5 each is kept on 1 node; of the 2 left, B's second
-    # node makes it certain (+0.5), then A's chance rises only at its fourth node: the last
-    # node goes round-robin.
+def test_steps_that_raise_a_chance_cheaply_come_first() -> None:
+    # Two samples each; 3 ticks, 4 nodes.  A (cap 4): work 2 or 8, chance 0.5 on 1-3
+    # nodes (3 node-ticks on 1), 1.0 on 4 (10 node-ticks).  B (cap 2): work 2 or 4, chance
+    # 0.5 on 1 node (3 node-ticks), 1.0 on 2 (5).  Per node-tick: B to 2 (0.2), A to 1
+    # (0.17); A's next gain needs 3 more nodes, 1 is left: it goes to A up to its cap.
     one = np.ones(2)
-    plan = hedge_plan(
-        np.array([[2.0, 8.0], [2.0, 4.0]]), 3 * one, np.array([4, 2]), 0 * one, one, one, 4, 4
-    )
-    assert plan.target.tolist() == [1, 1]
+    samples = np.array([[2.0, 8.0], [2.0, 4.0]])
+    plan = hedge_plan(samples, 3 * one, np.array([4, 2]), 0 * one, one, one, 4)
+    assert plan.kept.tolist() == [True, True]
     assert plan.counts.tolist() == [2, 2]
     assert plan.chance[1, 2] == 1.0
+    # a task below the confidence is not pursued
+    low = hedge_plan(samples[:1], 3 * one[:1], np.array([1]), 0 * one[:1], one[:1], one[:1], 4, 0.6)
+    assert low.counts.tolist() == [0]
 
 
 def single_task_cases(n: int):
@@ -98,7 +96,7 @@ def test_exact_twin_meets_every_task_a_single_task_plan_meets() -> None:
     assert 20 < met < 150  # both kinds of case were drawn
 
 
-@pytest.mark.parametrize("spec", ["hedge:predictor=oracle", "hedge", "hedge:reserve=0.3"])
+@pytest.mark.parametrize("spec", ["hedge:predictor=oracle", "hedge", "hedge:tail=2:explore=1"])
 def test_whole_episodes_are_valid_and_deterministic(spec, episode_setup) -> None:  # noqa: F811
     cfg, traces = episode_setup
     scheduler = make_scheduler(spec)
@@ -122,9 +120,9 @@ def test_whole_episodes_are_valid_and_deterministic(spec, episode_setup) -> None
     [
         ("hedge:predictor=psychic", "predictor='psychic'"),
         ("hedge:confidence=1.5", "confidence=1.5"),
-        ("hedge:reserve=1", "reserve=1"),
-        ("hedge:lead=-1", "lead=-1"),
-        ("hedge:lead=2.5", "expected int"),
+        ("hedge:tail=0.5", "tail=0.5"),
+        ("hedge:explore=-1", "explore=-1"),
+        ("hedge:explore=2.5", "expected int"),
         ("hedge:margin=0.1", "unknown parameter 'margin'"),
     ],
 )
