@@ -31,6 +31,7 @@ DEFAULT_SPECS = (
     "bound",
     "oracle",
     "flow_share:predictor=oracle",
+    "hedge:predictor=exact",  # the planner below on exact work: what prediction costs it
     # the schedulers people would pick instead, and the literature's
     "laira",
     "lara",
@@ -41,6 +42,7 @@ DEFAULT_SPECS = (
     "fifo",
     # rules of thumb and our own heuristic
     "flow_share",
+    "hedge",  # admission and counts planned on the flow predictor's samples
     "uniform",
     "edf",
     "least_slack",
@@ -48,7 +50,18 @@ DEFAULT_SPECS = (
 )
 DEFAULT_LOADS = (1.0, 1.5, 2.0)
 # The replayed job-trace table (docs/jobs.md): these of the specs, on these loads.
-REPLAY_SPECS = ("mara", "bound", "oracle", "laira", "lara", "flow_share", "uniform", "edf")
+REPLAY_SPECS = (
+    "mara",
+    "bound",
+    "oracle",
+    "hedge:predictor=exact",
+    "hedge",
+    "laira",
+    "lara",
+    "flow_share",
+    "uniform",
+    "edf",
+)
 REPLAY_LOADS = (1.0, 2.0)
 DEFAULT_JOBS = "philly"
 DEFAULT_JOBS_NODES = 16

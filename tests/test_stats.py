@@ -167,14 +167,11 @@ def test_headline_plots_tell_every_spec_apart_and_draw_the_paired_leads(
     assert all(
         line["mara"].get_linewidth() > ln.get_linewidth() for s, ln in line.items() if s != "mara"
     )
-    for ref in ("bound", "oracle", "flow_share:predictor=oracle", "uniform"):
+    clairvoyant = ("bound", "oracle", "flow_share:predictor=oracle", "hedge:predictor=exact")
+    for ref in (*clairvoyant, "uniform"):
         r, g, b = to_rgb(line[ref].get_color())
         assert r == g == b and line[ref].get_linestyle() != "-"
-    rivals = [
-        s
-        for s in DEFAULT_SPECS
-        if s not in ("mara", "bound", "oracle", "flow_share:predictor=oracle")
-    ]
+    rivals = [s for s in DEFAULT_SPECS if s not in ("mara", *clairvoyant)]
     lead = paired_differences(df, "mara").set_index(["scheduler", "load"])["diff"]
     ticks = [t.get_text() for t in points[0].get_yticklabels()]
     assert sorted(ticks) == sorted(rivals)

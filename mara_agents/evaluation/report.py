@@ -214,6 +214,7 @@ REFERENCE_STYLES = (
     ("#404040", "-.", "D"),
     ("#6e6e6e", (0, (5, 1, 1, 1, 1, 1)), "v"),
     ("#9a9a9a", ":", "P"),
+    ("#b8b8b8", (0, (1, 2)), "X"),
 )
 RIVAL_COLOURS = (
     *("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#bcbd22", "#17becf"),
@@ -225,7 +226,7 @@ RIVAL_MARKERS = ("o", "^", "s", "D", "v", "P", "X")
 
 def is_clairvoyant(spec: str) -> bool:
     """Whether ``spec`` knows each task's true work: a ceiling, not a competitor."""
-    return spec in GAP_CEILINGS or "predictor=oracle" in spec
+    return spec in GAP_CEILINGS or any(f"predictor={p}" in spec for p in ("oracle", "exact"))
 
 
 def _reference_rank(spec: str) -> int | None:
@@ -249,7 +250,7 @@ def line_styles(specs: list[str], subject: str) -> dict[str, dict]:
     )
     for i, spec in enumerate(refs):
         colour, ls, marker = REFERENCE_STYLES[i % len(REFERENCE_STYLES)]
-        if i >= len(REFERENCE_STYLES):  # past four references: lighter greys
+        if i >= len(REFERENCE_STYLES):  # past five references: lighter greys
             colour = str(min(0.85, 0.5 + 0.07 * i))
         styles[spec] = dict(color=colour, ls=ls, marker=marker, lw=1.6, ms=5, zorder=3)
     rivals = [s for s in specs if s != subject and s not in styles]
