@@ -101,7 +101,10 @@ class PlannedWork:
     reports are unpredictable, ``inf``); ``flow``: the median of the flow model's
     remaining-work distribution, obtained as ``flow_share`` obtains it (the shipped
     checkpoint, its sample count and refresh rule; loaded on first use, needs torch);
-    ``oracle``: ``sim.remaining_true``.
+    ``oracle``: ``sim.remaining_true``, the exact work each active task still needs to
+    complete (to the first logged point of its trace at or below its target, where the
+    simulator completes it); it knows neither future arrivals nor, under
+    ``throughput="measured"``, the true speed-up (``docs/baselines.md``).
     """
 
     def __init__(
