@@ -1,10 +1,11 @@
 """The per-tick path of the flow model: the numbers of the plain numpy path.
 
 The featuriser, the crossing read-out and the wrapper's features are compiled with numba
-(``cache=True``); the ODE solver is numpy's products and torch's SiLU.  Compiled, they compute what the numpy path
-computed, in the same order: predictions agree within the float32 rounding of the solve
-(the tolerance below says how much that is), and flow_share, planning with the shipped
-flow model, completes the same tasks (decisions, not floats, are pinned exactly).
+(``cache=True``); the ODE solver is numpy's products and torch's SiLU.  Compiled, they
+compute what the numpy path computed, in the same order: predictions agree within the
+float32 rounding of the solve (the tolerance below says how much that is), and flow_share,
+planning with the shipped flow model, completes the same tasks (decisions, not floats,
+are pinned exactly).
 """
 
 from __future__ import annotations
