@@ -44,7 +44,7 @@ def timed_episode(
         order = edf_order(sim)
         rw = hedge.predictions(sim, order)
         t1 = clock()
-        counts, _ = hedge.plan(sim, rw)
+        counts, _ = hedge.plan(sim, order, rw)
         t2 = clock()
         predict.append(t1 - t0)
         plan.append(t2 - t1)

@@ -250,7 +250,7 @@ class Hedge(Scheduler):
             return ExactRemaining()
         from flow_predictor.checkpoint import load_predictor
         from flow_predictor.features import FUTURE_RATIOS
-        from flow_predictor.flow import FLOW_SAMPLES
+        from flow_predictor.remaining import FLOW_SAMPLES
         from flow_predictor.share_rule import DEFAULTS as SHARE
 
         cache = PredictionCache(load_predictor(n_samples=FLOW_SAMPLES), SHARE.refresh)
@@ -267,12 +267,12 @@ class Hedge(Scheduler):
         return self._predictions.get(sim, tasks)
 
     def allocate(self, sim: ClusterSim) -> np.ndarray:
-        return self.plan(sim, self.predictions(sim, edf_order(sim)))[0]
-
-    def plan(self, sim: Any, rw: RemainingWork) -> tuple[np.ndarray, HedgePlan]:
-        """Nodes per task (length = tasks in the episode) for the active tasks in deadline
-        order, whose predictions are ``rw``, and the plan of the predicted ones."""
         order = edf_order(sim)
+        return self.plan(sim, order, self.predictions(sim, order))[0]
+
+    def plan(self, sim: Any, order: np.ndarray, rw: RemainingWork) -> tuple[np.ndarray, HedgePlan]:
+        """Nodes per task (length = tasks in the episode) for the active tasks ``order``
+        (deadline order), whose predictions are ``rw``, and the plan of the predicted ones."""
         wl = sim.workload
         unknown = rw.fallback | np.isnan(rw.samples).any(axis=1)
         share = self.params.explore or max(1, sim.config.num_nodes // max(len(order), 1))
