@@ -1,4 +1,4 @@
-"""Where a run writes: the one rule for output folders, and atomic writes.
+"""Where a run writes: the one rule for output folders.
 
 :func:`prepare_out` is the rule every command that writes a run follows (evaluate,
 reproduce, train, live, predictor evaluate): the folder is new or empty, or it is this
@@ -6,8 +6,8 @@ command's own run and ``--resume`` continues it, or ``--force`` replaces a folde
 wrote; a lock keeps a second run out while the first writes; names the run will write
 are checked before the run starts.  :func:`prepare_out_file` is the same rule for a
 command that writes one file (export, calibrate).  The files themselves are written with
-:func:`atomic_write` or :func:`atomic_path` (from :mod:`mara_env.atomic`, re-exported
-here), which leave a whole file or none.
+:func:`mara_env.atomic.atomic_write` or :func:`~mara_env.atomic.atomic_path`, which leave
+a whole file or none.
 
 :func:`output_dir_problem` is the probe all of them share: a file is written rather than
 asking ``os.access``, which reads permission bits that root passes where it still cannot
@@ -26,9 +26,6 @@ import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
-
-from mara_env.atomic import atomic_path as atomic_path
-from mara_env.atomic import atomic_write as atomic_write
 
 # In every run folder: the lock a run holds while it writes, and the record of which
 # command made the folder (what --resume and --force look at).
@@ -205,10 +202,10 @@ def prepare_out_file(
     resumable: bool = False,
     option: str = "--out",
 ) -> Path:
-    """``path`` as a file a command may write (atomically, with :func:`atomic_write` or
-    :func:`atomic_path`), or :class:`OutputError`: an existing file is replaced only with
-    ``force`` (``resumable``: the command's ``--resume`` continues it, for the message); a
-    folder never."""
+    """``path`` as a file a command may write (atomically, with
+    :func:`mara_env.atomic.atomic_write`), or :class:`OutputError`: an existing file is
+    replaced only with ``force`` (``resumable``: the command's ``--resume`` continues it,
+    for the message); a folder never."""
     path = _named(path, option, "a file path")
     if path.is_dir():
         raise OutputError(f"{option} {path}: is a directory; expected a file path, not a directory")

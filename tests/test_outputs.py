@@ -16,14 +16,8 @@ from pathlib import Path
 import pytest
 
 from mara_agents.cli import main
-from mara_agents.outputs import (
-    MARKER,
-    OutputError,
-    atomic_path,
-    atomic_write,
-    prepare_out,
-    prepare_out_file,
-)
+from mara_agents.outputs import MARKER, OutputError, prepare_out, prepare_out_file
+from mara_env.atomic import atomic_path, atomic_write
 
 ROOT = Path(__file__).resolve().parents[1]
 EVALUATE = ["evaluate", "--schedulers", "edf,uniform", "--loads", "1.0", "--episodes", "1"]

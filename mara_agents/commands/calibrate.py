@@ -31,7 +31,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from mara_agents.live.calibrate import CalibrationError, calibrate
-    from mara_agents.outputs import OutputError, atomic_write, prepare_out_file
+    from mara_agents.outputs import OutputError, prepare_out_file
+    from mara_env.atomic import atomic_write
 
     try:
         out = prepare_out_file(args.out, force=args.force)

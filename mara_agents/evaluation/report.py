@@ -21,8 +21,8 @@ from mara_agents.evaluation.stats import (
     paired_differences,
     summarise,
 )
-from mara_agents.outputs import atomic_path, atomic_write
 from mara_agents.scalars import ScalarWriter
+from mara_env.atomic import atomic_path, atomic_write
 
 REFERENCE = "lara"
 POLICY = "mara"  # the shipped policy's spec: the reference whenever it is evaluated

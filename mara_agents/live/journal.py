@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from mara_agents.outputs import atomic_write
+from mara_env.atomic import atomic_write
 
 JOURNAL = "journal.jsonl"
 CHECKPOINTS = "checkpoints"

@@ -19,7 +19,7 @@ import signal
 import time
 from pathlib import Path
 
-from mara_agents.live.journal import atomic_write
+from mara_env.atomic import atomic_write
 
 PROC = Path("/proc")
 

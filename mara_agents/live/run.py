@@ -39,8 +39,9 @@ from mara_agents.evaluation.registry import (
 from mara_agents.live import processes
 from mara_agents.live.cluster import LiveCluster, Slice
 from mara_agents.live.jobfile import JobFile, JobFileError, load_job_file
-from mara_agents.live.journal import Journal, JournalError, atomic_write
+from mara_agents.live.journal import Journal, JournalError
 from mara_agents.outputs import output_dir_problem
+from mara_env.atomic import atomic_write
 from mara_env.cluster import DONE, EXPIRED
 
 SETTINGS = ("digest", "scheduler", "nodes", "tick_seconds")  # a resumed run must match these
