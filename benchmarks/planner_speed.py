@@ -2,10 +2,11 @@
 
 How to run:   python benchmarks/planner_speed.py [--nodes 16,64] [--loads 1.0,2.0]
                   [--episodes 2] [--split val]
-Runs the harness's episodes (base seed 0) of ``hedge`` (flow predictions) and
-``hedge:predictor=oracle`` (exact work) in this process, one after the other, and times
-each tick by this process's CPU clock in two parts: the flow predictions (the
-``PredictionCache`` refresh, cached until a task's reports grow by 10 %) and the planning
+Runs the harness's episodes (base seed 0) of ``hedge`` (flow predictions fused with the
+deadline prior), ``hedge:predictor=flow`` (flow alone) and ``hedge:predictor=oracle``
+(exact work) in this process, one after the other, and times each tick by this process's
+CPU clock in two parts: the predictions (the flow model's ``PredictionCache`` refresh,
+cached until a task's reports grow by 10 %, and the fusion with the prior) and the planning
 on them (exploration, chances of finishing, admission, this tick's counts).  Prints per
 cluster size and load the mean, median and 99th percentile of the planning cost per tick,
 the mean prediction cost per tick, the active tasks per tick and the completion rate (a
@@ -67,14 +68,14 @@ def main() -> None:
         p.error("--episodes must be >= 1")
     traces = load_traces(split=args.split)
     # the first ticks of a process load numba's compiled functions: an untimed short episode
-    for predictor in ("flow", "oracle"):
+    for predictor in ("flow+deadline", "flow", "oracle"):
         short = ClusterConfig(split=args.split, num_nodes=8, horizon=10)
         timed_episode(Hedge(predictor=predictor), short, traces, 0)
     print(f"{args.episodes} {args.split} episodes per point, CPU ms per tick, one process:")
     for nodes in (int(v) for v in args.nodes.split(",")):
         for load in (float(v) for v in args.loads.split(",")):
             config = ClusterConfig(split=args.split, num_nodes=nodes, load=load)
-            for predictor in ("flow", "oracle"):
+            for predictor in ("flow+deadline", "flow", "oracle"):
                 hedge = Hedge(predictor=predictor)
                 predict, plan, active, rates = [], [], [], []
                 for i in range(args.episodes):
@@ -87,7 +88,7 @@ def main() -> None:
                     rates.append(rate)
                 ms = 1e3 * np.asarray(plan)
                 print(
-                    f"  {nodes:3d} nodes, load {load:g}, {predictor:6s}: planning mean "
+                    f"  {nodes:3d} nodes, load {load:g}, {predictor:13s}: planning mean "
                     f"{ms.mean():.2f}, median {np.median(ms):.2f}, p99 "
                     f"{np.percentile(ms, 99):.2f} ms; predictions mean "
                     f"{1e3 * np.mean(predict):.2f} ms; {np.mean(active):.1f} active tasks; "

@@ -42,7 +42,8 @@ DEFAULT_SPECS = (
     "fifo",
     # rules of thumb and our own heuristic
     "flow_share",
-    "hedge",  # admission and counts planned on the flow predictor's samples
+    "hedge",  # admission and counts planned on the flow samples fused with the deadline prior
+    "hedge:predictor=flow",  # the same planner on the flow predictor's samples alone
     "uniform",
     "edf",
     "least_slack",
@@ -56,6 +57,7 @@ REPLAY_SPECS = (
     "oracle",
     "hedge:predictor=exact",
     "hedge",
+    "hedge:predictor=flow",
     "laira",
     "lara",
     "flow_share",

@@ -23,6 +23,8 @@ from tests.test_rival_baselines import episode_setup, hand_built  # noqa: F401 (
 def test_registered() -> None:
     assert ALL_SCHEDULERS["hedge"] is Hedge
     assert make_scheduler("hedge:predictor=oracle").predictor == "oracle"
+    assert make_scheduler("hedge").predictor == "flow+deadline"
+    assert make_scheduler("hedge:predictor=flow").prior is None
     assert make_scheduler("hedge:predictor=exact:confidence=0.3").params.confidence == 0.3
 
 
@@ -96,7 +98,15 @@ def test_exact_twin_meets_every_task_a_single_task_plan_meets() -> None:
     assert 20 < met < 150  # both kinds of case were drawn
 
 
-@pytest.mark.parametrize("spec", ["hedge:predictor=oracle", "hedge", "hedge:tail=2:explore=1"])
+@pytest.mark.parametrize(
+    "spec",
+    [
+        "hedge:predictor=oracle",
+        "hedge",
+        "hedge:predictor=deadline",
+        "hedge:predictor=flow:tail=2:explore=1",
+    ],
+)
 def test_whole_episodes_are_valid_and_deterministic(spec, episode_setup) -> None:  # noqa: F811
     cfg, traces = episode_setup
     scheduler = make_scheduler(spec)
@@ -124,6 +134,9 @@ def test_whole_episodes_are_valid_and_deterministic(spec, episode_setup) -> None
         ("hedge:explore=-1", "explore=-1"),
         ("hedge:explore=2.5", "expected int"),
         ("hedge:margin=0.1", "unknown parameter 'margin'"),
+        ("hedge:flow_spread=0", "flow_spread=0"),
+        ("hedge:predictor=flow:prior=p.json", "predictor='flow' uses none"),
+        ("hedge:prior=/no/such/prior.json", "/no/such/prior.json: no such file"),
     ],
 )
 def test_bad_options_are_one_line_errors(spec, words) -> None:

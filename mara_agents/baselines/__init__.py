@@ -7,8 +7,9 @@
 * :mod:`~mara_agents.baselines.fifo`, :mod:`~mara_agents.baselines.tiresias`,
   :mod:`~mara_agents.baselines.elasticflow`: FIFO with gang allocation and backfill,
   Tiresias' 2D-LAS (NSDI 2019), ElasticFlow (ASPLOS 2023);
-* :mod:`~mara_agents.baselines.hedge`: hedge, chance-constrained Moore–Hodgson on the
-  flow predictor's remaining-work distribution (and its exact-work twin);
+* :mod:`~mara_agents.baselines.hedge`: hedge, a greedy knapsack on chances of finishing
+  from a remaining-work distribution (the flow model's fused with what deadlines say about
+  size, or either alone), and its exact-work twin;
 * :mod:`~mara_agents.baselines.flow_share`: flow_share (the share rule of
   :mod:`flow_predictor.share_rule` with a remaining-work predictor), and the textbook rules of
   :mod:`mara_env.schedulers` (EDF, uniform share, random).

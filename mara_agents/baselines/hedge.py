@@ -1,12 +1,17 @@
 """hedge: most expected completions per expected node-tick, from the work distribution.
 
 A planner that decides, every tick, which present tasks to pursue and with how many nodes
-from the *distribution* of each task's remaining work (the flow predictor's samples), not
-from a point estimate.  Each tick, for the active tasks in earliest-deadline order:
+from the *distribution* of each task's remaining work, not from a point estimate.  The
+distribution (``predictor``) is by default the flow model's samples fused with what the
+task's deadline says about its size (:mod:`flow_predictor.deadline_prior`: users set
+deadlines from their own estimate of a job's size, so the deadline is a noisy size
+estimate from arrival on); ``flow`` is the flow model alone, ``deadline`` the deadline
+prior alone.  Each tick, for the active tasks in earliest-deadline order:
 
-1. **Explore.** A task the predictor cannot predict yet (fewer than
-   :data:`~flow_predictor.remaining.MIN_REPORTS` reports) gets ``explore`` nodes (within
-   its cap; 0: a uniform share of the nodes, at least one, as LARA explores).
+1. **Explore.** A task the predictor cannot predict yet (``predictor=flow``: fewer than
+   :data:`~flow_predictor.remaining.MIN_REPORTS` reports; the deadline prior predicts
+   every task) gets ``explore`` nodes (within its cap; 0: a uniform share of the nodes, at
+   least one, as LARA explores).
 2. **Chance of finishing.** For every other task ``k`` and every count ``n`` up to its cap,
    ``p_k(n)``: the share of its remaining-work samples that ``n`` nodes held from now on
    finish by its deadline (a joining node gives nothing in its first tick, speed-up
@@ -33,20 +38,23 @@ deadline-meeting count, taken in order of node-ticks (the fewest first).  The ga
 the two is what prediction costs this planner.
 
 **Assumes** that the simulator's throughput model (``rate``, ``alpha``, the warm-up of a
-joining node) is what the cluster does; that the flow predictor's samples are a calibrated
-distribution of the work left (tasks are treated as independent; samples are not
-re-weighted); that a task holds its count until it finishes or its deadline passes (it
+joining node) is what the cluster does; that its distribution of the work left is
+calibrated (tasks are treated as independent; samples are not re-weighted), and so, by
+default, that deadlines relate to work as in the tasks the deadline prior was fitted on
+(the train split's); that a task holds its count until it finishes or its deadline passes (it
 re-plans every tick, so this is only how a plan is priced); and that nodes are the only
 shared resource this tick (the knapsack does not check later ticks' capacity: a kept
 set's expected node-ticks may exceed what the cluster offers by their deadlines).  It
-knows nothing of the workload generator (arrival rate, size or slack ranges).  Its knobs
-were chosen on the validation split only (``docs/baselines.md``).
+reads none of the workload generator's parameters (arrival rate, size or slack ranges,
+the spread of users' estimates): how deadlines relate to work the deadline prior learned
+from the train split's tasks.  Its knobs were chosen on the validation split only
+(``docs/baselines.md``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -54,9 +62,10 @@ from flow_predictor.remaining import PredictionCache, RemainingWork
 from mara_env.cluster import ClusterSim
 from mara_env.schedulers import Scheduler, edf_order, fill_in_order, spread, ticks_needed
 
-# What ``predictor=`` may name: the flow model, or each task's exact remaining work
-# (``oracle`` and ``exact`` are the same thing: both names read as "knows the work").
-PREDICTORS = ("flow", "oracle", "exact")
+# What ``predictor=`` may name: the flow model, what deadlines say about work (alone, or
+# fused with the flow model), or each task's exact remaining work (``oracle`` and
+# ``exact`` are the same thing: both names read as "knows the work").
+PREDICTORS = ("flow+deadline", "flow", "deadline", "oracle", "exact")
 
 
 @dataclass(frozen=True)
@@ -66,12 +75,14 @@ class HedgeParams:
     confidence: float = 0.05  # a task is pursued only if some count has this chance
     explore: int = 0  # nodes for a task not yet predicted (0: uniform share, as LARA)
     tail: float = 0.0  # flow samples past its horizon: up to this times it (0: never)
+    flow_spread: float = 2.0  # flow+deadline: the flow model's log spread times this
 
     def __post_init__(self) -> None:
         checks = {
             "confidence": (lambda v: 0 < v <= 1, "a probability in (0, 1]"),
             "explore": (lambda v: v >= 0 and float(v).is_integer(), "a whole number >= 0 of nodes"),
             "tail": (lambda v: v == 0 or v >= 1, "0 (never) or a factor >= 1"),
+            "flow_spread": (lambda v: 0 < v < float("inf"), "a factor > 0"),
         }
         for key, (ok, what) in checks.items():
             value = getattr(self, key)
@@ -128,6 +139,17 @@ class ExactRemaining:
     def get(self, sim: ClusterSim, tasks: np.ndarray) -> RemainingWork:
         """Remaining work of ``tasks`` from their current work on."""
         return RemainingWork(sim.remaining_true(tasks)[:, None], np.zeros(len(tasks), bool))
+
+
+class Predictions(Protocol):
+    """Where the planner's remaining-work distributions come from (the interface of
+    :class:`~flow_predictor.remaining.PredictionCache`)."""
+
+    def clear(self) -> None:
+        """Forget every task (new episode)."""
+
+    def get(self, sim: Any, tasks: np.ndarray) -> RemainingWork:
+        """Remaining work of ``tasks`` from their current work on."""
 
 
 @dataclass
@@ -219,42 +241,69 @@ def hedge_plan(
 class Hedge(Scheduler):
     """The hedge planner (this module's docstring) as a scheduler.
 
-    ``predictor``: ``"flow"`` (the shipped flow checkpoint with ``flow_share``'s sample
-    count and refresh rule; needs the ``[predictor]`` extra) or ``"oracle"``/``"exact"``
-    (each task's exact remaining work: the same planner on a degenerate distribution).
-    ``confidence``, ``explore``, ``tail``: see :class:`HedgeParams` (None: its default).
+    ``predictor``: ``"flow+deadline"`` (default) or ``"flow"`` (the shipped flow checkpoint
+    with ``flow_share``'s sample count and refresh rule, fused with the deadline prior or
+    alone; needs the ``[predictor]`` extra), ``"deadline"`` (the deadline prior alone), or
+    ``"oracle"``/``"exact"`` (each task's exact remaining work: the same planner on a
+    degenerate distribution).  ``prior``: a deadline-prior JSON file (default: the shipped
+    one, fitted on the train split).  ``confidence``, ``explore``, ``tail``, ``flow_spread``:
+    see :class:`HedgeParams` (None: its default).
     """
 
     name = "hedge"
 
     def __init__(
         self,
-        predictor: str = "flow",
+        predictor: str = "flow+deadline",
         confidence: float | None = None,
         explore: int | None = None,
         tail: float | None = None,
+        flow_spread: float | None = None,
+        prior: str | None = None,
     ) -> None:
         if predictor not in PREDICTORS:
             raise ValueError(f"hedge: predictor={predictor!r}; expected one of {PREDICTORS}")
-        given = {"confidence": confidence, "explore": explore, "tail": tail}
+        given = {
+            "confidence": confidence,
+            "explore": explore,
+            "tail": tail,
+            "flow_spread": flow_spread,
+        }
         self.params = HedgeParams(**{k: v for k, v in given.items() if v is not None})
-        if predictor == "flow":
+        if "flow" in predictor:
             from mara_agents.extras import require
 
             require("predictor")  # checked here, in the parent, not in a worker
         self.predictor = predictor
-        self._predictions: CensoredFlow | ExactRemaining | None = None
+        self.prior = None
+        if "deadline" in predictor:
+            from flow_predictor.deadline_prior import DeadlinePrior
 
-    def _make_predictions(self) -> CensoredFlow | ExactRemaining:
-        if self.predictor != "flow":
+            try:  # a bad file: an error here, not in a worker
+                self.prior = DeadlinePrior.load(prior)
+            except OSError as exc:
+                raise ValueError(str(exc)) from None
+        elif prior is not None:
+            raise ValueError(f"hedge: prior={prior!r} given, but predictor={predictor!r} uses none")
+        self._predictions: Predictions | None = None
+
+    def _make_predictions(self) -> Predictions:
+        if self.predictor in ("oracle", "exact"):
             return ExactRemaining()
-        from flow_predictor.checkpoint import load_predictor
-        from flow_predictor.features import FUTURE_RATIOS
         from flow_predictor.remaining import FLOW_SAMPLES
-        from flow_predictor.share_rule import DEFAULTS as SHARE
 
-        cache = PredictionCache(load_predictor(n_samples=FLOW_SAMPLES), SHARE.refresh)
-        return CensoredFlow(cache, FUTURE_RATIOS[-1], self.params.tail)
+        cache = None
+        if "flow" in self.predictor:
+            from flow_predictor.checkpoint import load_predictor
+            from flow_predictor.features import FUTURE_RATIOS
+            from flow_predictor.share_rule import DEFAULTS as SHARE
+
+            cache = PredictionCache(load_predictor(n_samples=FLOW_SAMPLES), SHARE.refresh)
+            if self.prior is None:
+                return CensoredFlow(cache, FUTURE_RATIOS[-1], self.params.tail)
+        from flow_predictor.deadline_prior import DeadlineInformed
+
+        return DeadlineInformed(self.prior, cache, FLOW_SAMPLES, self.params.flow_spread)
 
     def reset(self, sim: ClusterSim, rng: np.random.Generator) -> None:
         super().reset(sim, rng)

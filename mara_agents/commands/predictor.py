@@ -9,6 +9,8 @@ the synthetic prior (``flow_predictor.prior``), then fine-tunes on the library.
 held-out traces and writes ``predictor_metrics.csv``, ``predictor_families.csv`` (per
 family: MAE, CRPS, 50 % and 80 % interval coverage) and ``predictor_error.png``.
 ``mara predictor lofo`` trains without each family in turn and scores on it.
+``mara predictor deadline-prior`` fits what deadlines say about work
+(:mod:`flow_predictor.deadline_prior`) on a split's tasks and writes it as JSON.
 """
 
 from __future__ import annotations
@@ -69,6 +71,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--samples", type=int, default=None, help="flow samples per prediction (default 32)"
     )
     lo.set_defaults(_run=run_lofo, out="runs/predictor/lofo")
+
+    dp = sub.add_parser(
+        "deadline-prior",
+        help="fit the deadline prior (work / deadline-implied work) on a split's tasks",
+        formatter_class=fmt,
+    )
+    dp.add_argument("--out", required=True, help="JSON file to write (new, or --force)")
+    dp.add_argument("--force", action="store_true", help="replace OUT if it exists")
+    dp.add_argument("--split", default="train", help="trace split whose tasks are drawn")
+    dp.add_argument(
+        "--jobs",
+        default="none,philly",
+        help="workloads, comma-separated: none (synthetic) and/or a job trace (philly, ...)",
+    )
+    dp.add_argument("--loads", default="1.0,1.5,2.0", help="load factors of the episodes drawn")
+    dp.add_argument("--episodes", type=int, default=40, help="episodes per workload and load")
+    dp.add_argument("--seed", type=int, default=0, help="base seed of the episodes drawn")
+    dp.set_defaults(_run=run_deadline_prior)
 
 
 def _training_options(t: argparse.ArgumentParser, out_help: str) -> None:
@@ -277,4 +297,61 @@ def run_lofo(args: argparse.Namespace) -> int:
         return 1
     print(table.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     print(f"wrote {Path(args.out) / 'lofo.csv'}")
+    return 0
+
+
+def run_deadline_prior(args: argparse.Namespace) -> int:
+    """Fit the deadline prior on the tasks of ``--episodes`` drawn episodes per workload and
+    load of ``--split`` (their work ``W_k`` and deadlines) and write it to ``--out``."""
+    import numpy as np
+
+    from flow_predictor.deadline_prior import DeadlinePrior, deadline_scale, fit_log_ratios
+    from mara_agents.commands import checks
+    from mara_agents.outputs import OutputError, prepare_out_file
+    from mara_env.config import ClusterConfig, ConfigError
+    from mara_env.traces import TraceError, load_traces
+    from mara_env.workload import sample_workload
+
+    try:
+        loads = checks.parse_list(args.loads, "--loads", float, "load factors > 0")
+        for load in loads:
+            checks.positive(load, "--loads")
+        jobs = checks.parse_list(args.jobs, "--jobs", str, "workloads (none, philly, ...)")
+        episodes = checks.at_least(args.episodes, "--episodes", 1)
+        out = prepare_out_file(args.out, force=args.force)
+        traces = load_traces(split=args.split)
+        configs = [
+            ClusterConfig(split=args.split, load=load, jobs=None if job == "none" else job)
+            for job in jobs
+            for load in loads
+        ]
+    except (checks.UsageError, OutputError, ConfigError, TraceError) as exc:
+        print(f"mara predictor deadline-prior: error: {exc}", file=sys.stderr)
+        return 1
+    work, scale = [], []
+    for c, config in enumerate(configs):
+        for i in range(episodes):
+            wl = sample_workload(config, traces, np.random.default_rng([args.seed, c, i]))
+            tasks = np.arange(len(wl.arrival))
+            work.append(wl.work_true)
+            scale.append(deadline_scale(wl, config, tasks))
+    work_all, scale_all = np.concatenate(work), np.concatenate(scale)
+    prior = DeadlinePrior(
+        fit_log_ratios(work_all, scale_all),
+        {
+            "split": args.split,
+            "jobs": jobs,
+            "loads": loads,
+            "episodes": episodes,
+            "seed": args.seed,
+            "tasks": int(np.isfinite(work_all).sum()),
+        },
+    )
+    prior.save(out)
+    q = np.quantile(prior.log_ratios, [0.1, 0.5, 0.9])
+    print(
+        f"{len(work_all)} tasks; log(work / deadline-implied work): 10 % {q[0]:+.2f}, "
+        f"median {q[1]:+.2f}, 90 % {q[2]:+.2f}"
+    )
+    print(f"wrote {out}")
     return 0

@@ -1,0 +1,203 @@
+"""What a task's deadline says about its size: a prior on its remaining work.
+
+Users set deadlines from their own rough estimate of a job's size (``docs/environment.md``:
+``d = a + ceil(slack * T * exp(sigma z))``, ``T`` the job's ticks on its reference
+allocation), so the time a user allowed, in work at the reference allocation,
+
+    ``scale_k = rate_k * n_ref_k ** alpha_k * (d_k - a_k)``,
+
+is a noisy estimate of the work ``W_k`` the task needs.  The prior is the empirical
+distribution of ``r = log(W / scale)`` over tasks whose work is known (the train split's
+tasks, or a cluster's job history: :func:`fit_log_ratios`), shipped as a small JSON file
+(:data:`SHIPPED_PRIOR`, made by ``mara predictor deadline-prior``).  For a running task it
+gives remaining-work samples ``scale * exp(r) - work done``, conditioned on the task not
+being done yet (``W >`` its work so far); it needs no report, so it speaks from arrival on.
+
+:class:`DeadlineInformed` combines it with the flow model's samples, when the flow model
+has a finite median, as a product of two log-normals (each fitted to its samples' median
+and interquartile range): a precision-weighted mean of log remaining work, with the flow
+model's log spread scaled by ``flow_spread``.  Without a flow prediction (fewer than three
+reports, or a median of "not reached"), the prior alone.
+
+**Assumes** that deadlines relate to work in the cluster where it runs as they did in the
+tasks it was fitted on.  Where users' estimates are worse than that, the prior is
+over-confident (``docs/baselines.md`` measures ``deadline_sigma = 1``); refit it on your
+own history.  Numpy only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from flow_predictor.remaining import MIN_RATIO, PredictionCache, RemainingWork
+from mara_env.atomic import atomic_write
+from mara_env.workload import Workload, reference_nodes
+
+SHIPPED_PRIOR = Path(__file__).with_name("checkpoints") / "deadline_prior.json"
+KIND = "mara-deadline-prior"
+VERSION = 1
+# quantile levels of the log ratios a prior file stores
+STORED_LEVELS = 257
+# a normal's interquartile range in standard deviations
+_IQR_SIGMAS = 1.3489795003921634
+
+
+def deadline_scale(workload: Workload, config: Any, tasks: np.ndarray) -> np.ndarray:
+    """``rate * n_ref**alpha * (deadline - arrival)`` of ``tasks``: the work the time a
+    user allowed would do at the task's reference allocation."""
+    n_ref = reference_nodes(workload, config, tasks).astype(np.float64)
+    allowed = (workload.deadline[tasks] - workload.arrival[tasks]).astype(np.float64)
+    return workload.rate[tasks] * n_ref ** workload.alpha[tasks] * allowed
+
+
+def fit_log_ratios(work: np.ndarray, scale: np.ndarray) -> np.ndarray:
+    """Sorted ``log(work / scale)`` of the tasks with a finite, positive work and scale,
+    reduced to :data:`STORED_LEVELS` quantiles (what a prior file stores)."""
+    work, scale = np.asarray(work, np.float64), np.asarray(scale, np.float64)
+    ok = np.isfinite(work) & (work > 0) & np.isfinite(scale) & (scale > 0)
+    if ok.sum() < 2:
+        raise ValueError(
+            f"deadline prior: {int(ok.sum())} task(s) with a finite positive work and "
+            "deadline; expected at least 2 to fit a distribution"
+        )
+    r = np.log(work[ok] / scale[ok])
+    return np.quantile(r, np.linspace(0.0, 1.0, STORED_LEVELS))
+
+
+@dataclass(frozen=True)
+class DeadlinePrior:
+    """The distribution of ``log(W / scale)`` (sorted quantiles) and where it came from."""
+
+    log_ratios: np.ndarray
+    fitted_on: dict[str, Any]
+
+    def __post_init__(self) -> None:
+        r = np.asarray(self.log_ratios, np.float64)
+        if r.ndim != 1 or len(r) < 2 or not np.isfinite(r).all() or (np.diff(r) < 0).any():
+            raise ValueError(
+                "deadline prior: log_ratios must be at least 2 finite numbers in "
+                f"ascending order; got {len(r)} value(s)"
+            )
+        object.__setattr__(self, "log_ratios", r)
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Write the prior as JSON (atomically)."""
+        blob = {
+            "kind": KIND,
+            "version": VERSION,
+            "fitted_on": self.fitted_on,
+            "log_ratios": [round(float(v), 6) for v in self.log_ratios],
+        }
+        atomic_write(path, (json.dumps(blob, indent=1) + "\n").encode())
+
+    @classmethod
+    def load(cls, path: str | os.PathLike | None = None) -> DeadlinePrior:
+        """The prior stored at ``path`` (default: the shipped one, :data:`SHIPPED_PRIOR`)."""
+        path = Path(path) if path is not None else SHIPPED_PRIOR
+        try:
+            blob = json.loads(path.read_text())
+        except FileNotFoundError:
+            raise FileNotFoundError(f"deadline prior {path}: no such file") from None
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise ValueError(f"deadline prior {path}: not JSON ({e})") from None
+        if not isinstance(blob, dict) or blob.get("kind") != KIND:
+            raise ValueError(f"deadline prior {path}: expected a file of kind {KIND!r}")
+        if blob.get("version") != VERSION:
+            raise ValueError(
+                f"deadline prior {path}: version {blob.get('version')!r}; expected {VERSION}"
+            )
+        try:
+            return cls(np.asarray(blob["log_ratios"], np.float64), dict(blob["fitted_on"]))
+        except (KeyError, TypeError, ValueError) as e:
+            raise ValueError(f"deadline prior {path}: {e}") from None
+
+    def remaining(self, sim: Any, tasks: np.ndarray, n_samples: int) -> RemainingWork:
+        """``n_samples`` evenly spaced quantiles of each task's remaining work under the
+        prior, conditioned on its work so far (a task past every value of the prior: its
+        largest value is taken as just ahead, ``MIN_RATIO`` of its work)."""
+        tasks = np.asarray(tasks, np.int64)
+        done = np.asarray(sim.work, np.float64)[tasks]
+        scale = deadline_scale(sim.workload, sim.config, tasks)
+        total = scale[:, None] * np.exp(self.log_ratios)[None, :]
+        # the conditional distribution: the stored quantiles above the work done, read at
+        # evenly spaced levels of what is left of the distribution
+        above = (total > done[:, None]).sum(axis=1)
+        levels = (np.arange(n_samples) + 0.5) / n_samples
+        first = len(self.log_ratios) - above
+        pos = first[:, None] + levels[None, :] * np.maximum(above - 1, 0)[:, None]
+        lo = np.minimum(np.floor(pos).astype(np.int64), len(self.log_ratios) - 1)
+        hi = np.minimum(lo + 1, len(self.log_ratios) - 1)
+        frac = pos - lo
+        rows = np.arange(len(tasks))[:, None]
+        log_total = (1 - frac) * np.log(total[rows, lo]) + frac * np.log(total[rows, hi])
+        samples = np.maximum(np.exp(log_total) - done[:, None], MIN_RATIO * done[:, None])
+        return RemainingWork(samples, np.zeros(len(tasks), bool))
+
+
+def _log_normal(samples: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Median and spread (interquartile range in standard deviations) of log ``samples``
+    per row (``inf`` samples count as above every finite one)."""
+    with np.errstate(divide="ignore", invalid="ignore"):  # inf - inf between inf samples
+        logs = np.log(np.maximum(samples, 1e-300))
+        q25, q50, q75 = np.quantile(logs, [0.25, 0.5, 0.75], axis=1)
+        return q50, (q75 - q25) / _IQR_SIGMAS
+
+
+def combine(prior: RemainingWork, flow: RemainingWork, flow_spread: float) -> RemainingWork:
+    """The product of ``prior``'s and ``flow``'s log-normal fits (rows: tasks), as many
+    evenly spaced quantiles as ``prior`` has samples; rows whose flow prediction is unknown (a
+    fallback, ``nan``) or whose flow median is ``inf`` keep the prior's samples."""
+    mp, sp = _log_normal(prior.samples)
+    flow_samples = np.asarray(flow.samples, np.float64)
+    known = ~flow.fallback & ~np.isnan(flow_samples).any(axis=1)
+    mf, sf = _log_normal(np.where(known[:, None], flow_samples, 1.0))
+    use = known & np.isfinite(mf)
+    sp = np.maximum(sp, 1e-3)
+    sf = np.maximum(np.where(use, sf, 1.0) * flow_spread, 1e-3)
+    wp, wf = 1.0 / sp**2, np.where(use, 1.0 / sf**2, 0.0)
+    mean = (wp * mp + wf * np.where(use, mf, 0.0)) / (wp + wf)
+    sd = 1.0 / np.sqrt(wp + wf)
+    from scipy.special import ndtri
+
+    n_samples = prior.samples.shape[1]
+    z = ndtri((np.arange(n_samples) + 0.5) / n_samples)
+    fused = np.exp(mean[:, None] + sd[:, None] * z[None, :])
+    return RemainingWork(np.where(use[:, None], fused, prior.samples), np.zeros(len(mp), bool))
+
+
+class DeadlineInformed:
+    """Remaining work from the deadline prior, fused with the flow model's samples where it
+    has them (:func:`combine`; the interface of
+    :class:`~flow_predictor.remaining.PredictionCache`).  ``cache``: the flow model's
+    predictions (``None``: the prior alone)."""
+
+    def __init__(
+        self,
+        prior: DeadlinePrior,
+        cache: PredictionCache | None,
+        n_samples: int,
+        flow_spread: float = 1.0,
+    ) -> None:
+        self.prior, self.cache = prior, cache
+        self.n_samples, self.flow_spread = int(n_samples), float(flow_spread)
+
+    def clear(self) -> None:
+        """Forget every task (new episode)."""
+        if self.cache is not None:
+            self.cache.clear()
+
+    def get(self, sim: Any, tasks: np.ndarray) -> RemainingWork:
+        """Remaining work of ``tasks`` from their current work on."""
+        tasks = np.asarray(tasks, np.int64)
+        if not len(tasks):
+            return RemainingWork(np.zeros((0, self.n_samples)), np.zeros(0, bool))
+        prior = self.prior.remaining(sim, tasks, self.n_samples)
+        if self.cache is None:
+            return prior
+        return combine(prior, self.cache.get(sim, tasks), self.flow_spread)

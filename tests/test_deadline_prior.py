@@ -1,0 +1,171 @@
+"""The deadline prior: fitting, conditioning on work done, fusion with the flow model's
+samples, its file (and every defect of one), the shipped prior and the command that fits
+it."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from scipy.special import ndtri
+
+from flow_predictor.deadline_prior import (
+    SHIPPED_PRIOR,
+    DeadlineInformed,
+    DeadlinePrior,
+    combine,
+    deadline_scale,
+    fit_log_ratios,
+)
+from flow_predictor.remaining import MIN_RATIO, RemainingWork
+from mara_agents.cli import main
+from mara_env.config import ClusterConfig
+from mara_env.traces import load_traces
+from mara_env.workload import sample_workload
+
+
+def _sim(work_done: list[float], allowed: list[int], rate: float = 2.0) -> SimpleNamespace:
+    """A simulation of tasks on 1 reference node (speed-up irrelevant), ``allowed`` ticks
+    from arrival to deadline, ``rate`` work per tick."""
+    k = len(work_done)
+    workload = SimpleNamespace(
+        arrival=np.zeros(k, np.int64),
+        deadline=np.asarray(allowed, np.int64),
+        rate=np.full(k, rate),
+        alpha=np.full(k, 0.7),
+        cap=np.ones(k, np.int64),
+        ref=None,
+    )
+    return SimpleNamespace(
+        workload=workload, config=ClusterConfig(), work=np.asarray(work_done, np.float64)
+    )
+
+
+def test_fit_recovers_the_distribution_of_log_ratios() -> None:
+    rng = np.random.default_rng(0)
+    scale = np.exp(rng.uniform(0, 5, 20_000))
+    r = rng.normal(-1.0, 0.5, len(scale))
+    work = scale * np.exp(r)
+    work[:10] = [np.inf, 0.0, np.nan, 1, 1, 1, 1, 1, 1, 1]  # never / instant / unknown: left out
+    fitted = fit_log_ratios(work, scale)
+    assert fitted[len(fitted) // 2] == pytest.approx(-1.0, abs=0.03)
+    assert np.diff(fitted).min() >= 0 and np.isfinite(fitted).all()
+    with pytest.raises(ValueError, match="at least 2"):
+        fit_log_ratios(np.array([np.inf, 1.0]), np.array([1.0, 0.0]))
+
+
+def test_remaining_work_is_the_prior_conditioned_on_the_work_done() -> None:
+    # r uniform on [-1, 0]: total work scale * exp(r), scale = rate * allowed = 20
+    prior = DeadlinePrior(np.linspace(-1.0, 0.0, 101), {})
+    fresh = prior.remaining(_sim([0.0], [10]), np.array([0]), 64)
+    assert np.median(fresh.samples) == pytest.approx(20 * np.exp(-0.5), rel=0.02)
+    assert fresh.samples.min() >= 20 * np.exp(-1.0) - 1e-9
+    assert fresh.samples.max() <= 20.0 + 1e-9
+    # half the prior's mass lies below 20 exp(-0.5): 12.13 done leaves the upper half
+    done = 20 * np.exp(-0.5)
+    later = prior.remaining(_sim([done], [10]), np.array([0]), 64)
+    assert (later.samples > 0).all()
+    assert np.median(later.samples + done) == pytest.approx(20 * np.exp(-0.25), rel=0.02)
+    # past every value of the prior: just ahead
+    past = prior.remaining(_sim([25.0], [10]), np.array([0]), 8)
+    assert past.samples.tolist() == [[MIN_RATIO * 25.0] * 8]
+    assert not fresh.fallback.any()
+
+
+def test_scale_uses_the_reference_allocation_and_its_speed_up() -> None:
+    sim = _sim([0.0, 0.0], [10, 10])
+    sim.workload.ref = np.array([1, 4])
+    scale = deadline_scale(sim.workload, sim.config, np.array([0, 1]))
+    assert scale.tolist() == pytest.approx([2.0 * 10, 2.0 * 4**0.7 * 10])
+
+
+def test_fusion_is_a_product_of_log_normals() -> None:
+    n = 2001
+    z = ndtri((np.arange(n) + 0.5) / n)  # normal quantiles (as many as the fusion's)
+    prior = RemainingWork(np.exp(1.0 + 0.5 * z)[None, :].repeat(3, 0), np.zeros(3, bool))
+    flow_samples = np.exp(2.0 + 0.5 * z)[None, :].repeat(3, 0)
+    flow_samples[1] = np.nan  # unknown
+    flow_samples[2, n // 4 :] = np.inf  # a median of "not reached"
+    flow = RemainingWork(flow_samples, np.array([False, True, False]))
+    fused = combine(prior, flow, flow_spread=1.0)
+    logs = np.log(fused.samples)
+    assert np.median(logs[0]) == pytest.approx(1.5, abs=0.02)  # equal precisions: the middle
+    iqr = np.subtract(*np.quantile(logs[0], [0.75, 0.25]))
+    assert iqr == pytest.approx(1.349 * 0.5 / np.sqrt(2), rel=0.05)
+    assert np.array_equal(fused.samples[1:], prior.samples[1:])  # the prior alone
+    wide = combine(prior, flow, flow_spread=4.0)  # flow trusted less
+    assert np.median(np.log(wide.samples[0])) < 1.1
+
+
+def test_deadline_informed_serves_each_task_from_arrival_on() -> None:
+    prior = DeadlinePrior(np.linspace(-1.0, 0.0, 11), {})
+    source = DeadlineInformed(prior, None, 16)
+    rw = source.get(_sim([0.0, 3.0], [10, 5]), np.array([0, 1]))
+    assert rw.samples.shape == (2, 16) and np.isfinite(rw.samples).all()
+    assert source.get(_sim([], []), np.zeros(0, np.int64)).samples.shape == (0, 16)
+
+
+def test_a_prior_file_round_trips(tmp_path) -> None:
+    prior = DeadlinePrior(np.linspace(-2.0, 0.5, 9), {"split": "train"})
+    prior.save(tmp_path / "p.json")
+    back = DeadlinePrior.load(tmp_path / "p.json")
+    assert np.allclose(back.log_ratios, prior.log_ratios) and back.fitted_on == {"split": "train"}
+
+
+@pytest.mark.parametrize(
+    "content, words",
+    [
+        (None, "no such file"),
+        ("{not json", "not JSON"),
+        ('{"kind": "mara-policy"}', "expected a file of kind 'mara-deadline-prior'"),
+        ('{"kind": "mara-deadline-prior", "version": 9}', "version 9; expected 1"),
+        ('{"kind": "mara-deadline-prior", "version": 1, "fitted_on": {}}', "'log_ratios'"),
+        (
+            '{"kind": "mara-deadline-prior", "version": 1, "fitted_on": {}, '
+            '"log_ratios": [0.5, 0.1]}',
+            "ascending order",
+        ),
+        (
+            '{"kind": "mara-deadline-prior", "version": 1, "fitted_on": {}, '
+            '"log_ratios": [0.1, NaN]}',
+            "finite",
+        ),
+    ],
+)
+def test_a_bad_prior_file_is_a_one_line_error_naming_it(tmp_path, content, words) -> None:
+    path = tmp_path / "prior.json"
+    if content is not None:
+        path.write_text(content)
+    with pytest.raises((ValueError, FileNotFoundError)) as err:
+        DeadlinePrior.load(path)
+    message = str(err.value)
+    assert str(path) in message and words in message and "\n" not in message
+
+
+def test_the_shipped_prior_was_fitted_on_train_tasks_only() -> None:
+    prior = DeadlinePrior.load()
+    assert prior.fitted_on["split"] == "train"
+    assert json.loads(SHIPPED_PRIOR.read_text())["kind"] == "mara-deadline-prior"
+    # it speaks about val tasks' work: its median total at arrival is within a factor 2 of
+    # the truth for most of them, better than a guess from the size range alone
+    config = ClusterConfig(split="val", load=1.5)
+    wl = sample_workload(config, load_traces(split="val"), np.random.default_rng(5))
+    tasks = np.flatnonzero(np.isfinite(wl.work_true) & (wl.work_true > 0))
+    scale = deadline_scale(wl, config, tasks)
+    error = np.abs(np.log(scale * np.exp(np.median(prior.log_ratios)) / wl.work_true[tasks]))
+    assert np.median(error) < np.log(2)
+
+
+def test_the_command_fits_and_writes_a_prior(tmp_path, capsys) -> None:
+    out = tmp_path / "prior.json"
+    argv = ["predictor", "deadline-prior", "--episodes", "2", "--jobs", "none", "--out", str(out)]
+    assert main(argv) == 0
+    prior = DeadlinePrior.load(out)
+    assert prior.fitted_on["split"] == "train" and prior.fitted_on["tasks"] > 50
+    assert main(argv) == 1  # exists
+    assert "--force" in capsys.readouterr().err
+    assert main([*argv, "--force", "--seed", "1"]) == 0
+    assert main([*argv[:-2], "--loads", "1,,2", "--out", str(tmp_path / "x.json")]) == 1
+    assert "--loads" in capsys.readouterr().err
