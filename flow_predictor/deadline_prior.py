@@ -44,6 +44,8 @@ KIND = "mara-deadline-prior"
 VERSION = 1
 # quantile levels of the log ratios a prior file stores
 STORED_LEVELS = 257
+# where log remaining work is read: "never" (inf) as the largest float but one
+_TINY, _HUGE = 1e-300, 1e300
 # a normal's interquartile range in standard deviations
 _IQR_SIGMAS = 1.3489795003921634
 
@@ -142,11 +144,12 @@ class DeadlinePrior:
 
 def _log_normal(samples: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Median and spread (interquartile range in standard deviations) of log ``samples``
-    per row (``inf`` samples count as above every finite one)."""
-    with np.errstate(divide="ignore", invalid="ignore"):  # inf - inf between inf samples
-        logs = np.log(np.maximum(samples, 1e-300))
-        q25, q50, q75 = np.quantile(logs, [0.25, 0.5, 0.75], axis=1)
-        return q50, (q75 - q25) / _IQR_SIGMAS
+    per row; ``inf`` samples (never) count as above every finite one, and a median among
+    them is ``inf``."""
+    logs = np.log(np.clip(samples, _TINY, _HUGE))
+    q25, q50, q75 = np.quantile(logs, [0.25, 0.5, 0.75], axis=1)
+    never = q50 >= np.log(_HUGE) - 1.0
+    return np.where(never, np.inf, q50), (q75 - q25) / _IQR_SIGMAS
 
 
 def combine(prior: RemainingWork, flow: RemainingWork, flow_spread: float) -> RemainingWork:

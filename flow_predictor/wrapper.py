@@ -40,6 +40,8 @@ from gymnasium import spaces
 from pettingzoo import AECEnv
 from pettingzoo.utils import BaseWrapper
 
+from flow_predictor.deadline_prior import DeadlineInformed, DeadlinePrior
+from flow_predictor.hedge_rule import HedgeParams, plan_counts
 from flow_predictor.remaining import (
     FLOW_SAMPLES,
     PredictionCache,
@@ -97,11 +99,18 @@ LOG_TICKS_SCALE = 2.0
 class FeatureSettings:
     """How the features are computed: the share rule's parameters behind
     ``pred_nodes_needed`` / ``pred_share`` and when a task is predicted again (``rule``),
-    and the flow samples per task (``samples``, flow wrapper only).  A policy file
-    records them (header keys ``flow_share`` and ``flow_samples``) and acts with them."""
+    and the flow samples per task (``samples``, flow wrapper only).  With
+    ``deadline_prior`` (a :class:`~flow_predictor.deadline_prior.DeadlinePrior`'s log
+    ratios: the ``flow+deadline`` wrapper) every feature reads the flow samples fused with
+    the prior, and ``pred_share`` is the hedge planner's count
+    (:func:`~flow_predictor.hedge_rule.plan_counts` with ``planner``) instead of the share
+    rule's.  A policy file records them (header keys ``flow_share``, ``flow_samples``,
+    ``hedge`` and ``deadline_prior``) and acts with them."""
 
     rule: FlowShareParams = field(default_factory=FlowShareParams)
     samples: int = FLOW_SAMPLES
+    planner: HedgeParams | None = None
+    deadline_prior: tuple[float, ...] = ()
 
     def levels(self) -> tuple[float, ...]:
         """The quantile levels read from one sort: the features', the rule's want, its
@@ -131,6 +140,11 @@ class PredictorFeatures(BaseWrapper):
             predictor = load_predictor(n_samples=settings.samples)
         self.predictor = predictor
         self._predictions = PredictionCache(predictor, settings.rule.refresh)
+        self._source: PredictionCache | DeadlineInformed = self._predictions
+        if settings.deadline_prior:
+            prior = DeadlinePrior(np.asarray(settings.deadline_prior), {})
+            spread = (settings.planner or HedgeParams()).flow_spread
+            self._source = DeadlineInformed(prior, self._predictions, settings.samples, spread)
         engine = self._engine = env.unwrapped.engine  # persists across resets
         base = engine.observation_space
         self.num_slots = engine.config.num_slots
@@ -176,7 +190,7 @@ class PredictorFeatures(BaseWrapper):
         return self.observation_spaces[agent]
 
     def reset(self, seed: int | None = None, options: dict | None = None) -> None:
-        self._predictions.clear()
+        self._source.clear()
         self._key = None
         super().reset(seed=seed, options=options)
         self._ready = self._index is not None
@@ -240,9 +254,9 @@ def _fill_group(wrappers: Sequence[PredictorFeatures], settings: FeatureSettings
     for w in wrappers:
         w._extra.fill(0.0)
         w._key = w._tick()
-        cache, sim, tasks = w._prediction_request()
+        _, sim, tasks = w._prediction_request()
         if len(tasks):
-            rw, wl = cache.get(sim, tasks), sim.workload
+            rw, wl = w._source.get(sim, tasks), sim.workload
             requests.append((w, sim, tasks))
             parts.append(
                 (
@@ -261,6 +275,22 @@ def _fill_group(wrappers: Sequence[PredictorFeatures], settings: FeatureSettings
     starts, nodes = segments([(sim, tasks) for _, sim, tasks in requests])
     rule = settings.rule
     _feature_rows(*typed, *levels, starts, nodes, float(rule.slack), rule.drop > 0, rows)
+    if settings.planner is not None:  # pred_share: the hedge planner's count, per simulation
+        samples, fallback, left, cap, warm, rate, alpha = typed[:7]
+        for s, (_, sim, _) in enumerate(requests):
+            part = slice(starts[s], starts[s + 1])
+            counts, _ = plan_counts(
+                samples[part],
+                fallback[part] | np.isnan(samples[part]).any(axis=1),
+                left[part],
+                cap[part],
+                warm[part],
+                rate[part],
+                alpha[part],
+                sim.config.num_nodes,
+                settings.planner,
+            )
+            rows[part, _SHARE] = counts / cap[part]
     start = 0
     for w, _, tasks in requests:
         w._extra[: len(tasks)] = rows[start : start + len(tasks)]
@@ -358,15 +388,28 @@ def _place(
 
 
 # Predictor features an env (and a policy trained on it) may observe: none, the shipped
-# flow model, or LARA's WLS fit (the no-flow ablation; same layout as flow).
-WRAPPERS = ("none", "flow", "wls")
+# flow model, the flow model fused with the deadline prior (pred_share: the hedge planner's
+# count), or LARA's WLS fit (the no-flow ablation); the same layout but for none.
+FLOW_DEADLINE = "flow+deadline"
+WRAPPERS = ("none", "flow", FLOW_DEADLINE, "wls")
 
 
 def feature_settings(wrapper: str, options: dict[str, Any] | None = None) -> FeatureSettings | None:
-    """The settings of ``wrapper``'s features built with ``options`` (None for ``none``)."""
+    """The settings of ``wrapper``'s features built with ``options`` (None for ``none``;
+    ``flow+deadline``: the deadline prior of ``options["deadline_prior"]``, a file, default
+    the shipped one, and the hedge planner's default knobs)."""
     if wrapper == "none":
         return None
-    return FeatureSettings(samples=int((options or {}).get("n_samples", FLOW_SAMPLES)))
+    options = options or {}
+    samples = int(options.get("n_samples", FLOW_SAMPLES))
+    if wrapper != FLOW_DEADLINE:
+        return FeatureSettings(samples=samples)
+    prior = DeadlinePrior.load(options.get("deadline_prior"))
+    return FeatureSettings(
+        samples=samples,
+        planner=HedgeParams(),
+        deadline_prior=tuple(float(v) for v in prior.log_ratios),
+    )
 
 
 def make_predictor(
@@ -379,11 +422,12 @@ def make_predictor(
         raise ConfigError(f"wrapper={wrapper!r}: expected one of {list(WRAPPERS)}")
     if wrapper == "none":
         return None
-    if wrapper == "flow":
+    if wrapper in ("flow", FLOW_DEADLINE):
         # Imported here: the flow model (torch) is only needed when asked for.
         from flow_predictor.checkpoint import load_predictor
 
-        return load_predictor(**{"n_samples": samples, **(options or {})})
+        flow_options = {k: v for k, v in (options or {}).items() if k != "deadline_prior"}
+        return load_predictor(**{"n_samples": samples, **flow_options})
     return WLSPredictor(**(options or {}))
 
 

@@ -13,7 +13,12 @@ from flow_predictor.checkpoint import load_predictor
 from flow_predictor.remaining import FLOW_SAMPLES
 from flow_predictor.share_rule import confident_nodes
 from flow_predictor.wls import WLSPredictor
-from flow_predictor.wrapper import PREDICTOR_FEATURES, PredictorFeatures
+from flow_predictor.wrapper import (
+    FLOW_DEADLINE,
+    PREDICTOR_FEATURES,
+    PredictorFeatures,
+    feature_settings,
+)
 from mara_env.cluster_env import CAP_SCALE, SLOT_FEATURES, env, parallel_env
 
 torch.set_num_threads(1)
@@ -284,3 +289,44 @@ def test_share_features_let_a_node_realise_flow_share_exactly():
         steps += 1
         e.step(action)
     assert steps > 100 and moved > 0  # some node left its task for another
+
+
+def test_flow_deadline_features_fuse_the_prior_and_share_is_the_hedge_plan():
+    """The ``flow+deadline`` wrapper: every slot is predicted from arrival on (the deadline
+    prior needs no report), and with every active task visible ``pred_share`` is the
+    ``hedge`` scheduler's count exactly (the clone's teacher and the feature agree)."""
+    from mara_agents.baselines.hedge import Hedge
+    from mara_env.schedulers import SchedulerAgent
+
+    k = SMALL["num_nodes"] * 2
+    settings = feature_settings(FLOW_DEADLINE)
+    assert settings.planner is not None and len(settings.deadline_prior) > 100
+    e = PredictorFeatures(
+        env(**{**SMALL, "num_slots": k, "load": 1.5, "horizon": 40}),
+        predictor=load_predictor(n_samples=settings.samples),
+        settings=settings,
+    )
+    teacher = Hedge()
+    agent = SchedulerAgent(teacher)
+    e.reset(seed=4)
+    agent.reset(e, 4)
+    engine = e.unwrapped.engine
+    col = {n: B + i for i, n in enumerate(PREDICTOR_FEATURES)}
+    checked = 0
+    for name in e.agent_iter():
+        obs, _, term, trunc, _ = e.last()
+        if term or trunc:
+            e.step(None)
+            continue
+        if name == e.possible_agents[0]:
+            sim = engine.sim
+            tasks = engine.slot_tasks[engine.slot_tasks >= 0]
+            slots = obs["observation"][8:].reshape(k, -1)[engine.slot_tasks >= 0]
+            assert (slots[:, col["pred_q50"]] > 0).all()  # predicted from arrival on
+            if len(tasks) == len(sim.active()) and len(tasks):
+                want = teacher.allocate(sim)[tasks]
+                share = np.rint(slots[:, col["pred_share"]] * sim.workload.cap[tasks])
+                np.testing.assert_array_equal(share, want)
+                checked += 1
+        e.step(agent.act(e, name))
+    assert checked > 10

@@ -53,45 +53,19 @@ from the train split's tasks.  Its knobs were chosen on the validation split onl
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
 
+from flow_predictor.hedge_rule import HedgeParams, HedgePlan, plan_counts
 from flow_predictor.remaining import PredictionCache, RemainingWork
 from mara_env.cluster import ClusterSim
-from mara_env.schedulers import Scheduler, edf_order, fill_in_order, spread, ticks_needed
+from mara_env.schedulers import Scheduler, edf_order
 
 # What ``predictor=`` may name: the flow model, what deadlines say about work (alone, or
 # fused with the flow model), or each task's exact remaining work (``oracle`` and
 # ``exact`` are the same thing: both names read as "knows the work").
 PREDICTORS = ("flow+deadline", "flow", "deadline", "oracle", "exact")
-
-
-@dataclass(frozen=True)
-class HedgeParams:
-    """The planner's knobs, with the defaults chosen on the validation split."""
-
-    confidence: float = 0.05  # a task is pursued only if some count has this chance
-    explore: int = 0  # nodes for a task not yet predicted (0: uniform share, as LARA)
-    tail: float = 0.0  # flow samples past its horizon: up to this times it (0: never)
-    flow_spread: float = 2.0  # flow+deadline: the flow model's log spread times this
-
-    def __post_init__(self) -> None:
-        checks = {
-            "confidence": (lambda v: 0 < v <= 1, "a probability in (0, 1]"),
-            "explore": (lambda v: v >= 0 and float(v).is_integer(), "a whole number >= 0 of nodes"),
-            "tail": (lambda v: v == 0 or v >= 1, "0 (never) or a factor >= 1"),
-            "flow_spread": (lambda v: 0 < v < float("inf"), "a factor > 0"),
-        }
-        for key, (ok, what) in checks.items():
-            value = getattr(self, key)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not ok(value):
-                raise ValueError(f"hedge: {key}={value!r}; expected {what}")
-        object.__setattr__(self, "explore", int(self.explore))
-
-
-DEFAULTS = HedgeParams()
 
 
 class CensoredFlow:
@@ -150,92 +124,6 @@ class Predictions(Protocol):
 
     def get(self, sim: Any, tasks: np.ndarray) -> RemainingWork:
         """Remaining work of ``tasks`` from their current work on."""
-
-
-@dataclass
-class HedgePlan:
-    """The planner's view of the predicted tasks it was given (arrays in that order)."""
-
-    counts: np.ndarray  # nodes this tick
-    kept: np.ndarray  # bool: pursued (given nodes by the knapsack)
-    chance: np.ndarray  # (tasks, max cap + 1): p_k(n), column 0 is 0
-
-
-def finish_chances(
-    samples: np.ndarray,
-    time_left: np.ndarray,
-    cap: np.ndarray,
-    warm: np.ndarray,
-    rate: np.ndarray,
-    alpha: np.ndarray,
-) -> tuple[np.ndarray, np.ndarray]:
-    """``p_k(n)`` and ``c_k(n)`` of every task (rows) and count ``n = 0..max(cap)``
-    (columns): the share of ``samples`` (tasks x samples of remaining work) that ``n`` nodes
-    held from now on finish within ``time_left``, and the node-ticks they then hold (until
-    done or the deadline), averaged over the samples (``inf`` beyond the cap; count 0:
-    chance 0, no node-ticks)."""
-    k = len(samples)
-    n = np.arange(1, int(cap.max(initial=1)) + 1, dtype=np.float64)
-    ticks = ticks_needed(
-        samples[:, :, None],
-        n[None, None, :],
-        warm[:, None, None],
-        rate[:, None, None],
-        alpha[:, None, None],
-    )
-    left = time_left[:, None, None]
-    with np.errstate(invalid="ignore"):  # inf work: never in time, held to the deadline
-        ok = ticks <= left
-        held = np.where(ok, ticks, left)
-    chance = ok.mean(axis=1)
-    cost = n[None, :] * held.mean(axis=1)
-    over = n[None, :] > cap[:, None]
-    chance[over] = 0.0
-    cost[over] = np.inf
-    zero = np.zeros((k, 1))
-    return np.hstack([zero, chance]), np.hstack([zero, cost])
-
-
-def hedge_plan(
-    samples: np.ndarray,
-    time_left: np.ndarray,
-    cap: np.ndarray,
-    warm: np.ndarray,
-    rate: np.ndarray,
-    alpha: np.ndarray,
-    capacity: int,
-    confidence: float = DEFAULTS.confidence,
-) -> HedgePlan:
-    """Steps 2-4 of the module docstring for tasks in earliest-deadline order, on
-    ``capacity`` free nodes.  Nodes that no kept task can use are left for the caller
-    (``Hedge.plan`` gives them to exploring tasks, then to the others)."""
-    k = len(samples)
-    counts = np.zeros(k, np.int64)
-    if k == 0:
-        return HedgePlan(counts, np.zeros(0, bool), np.zeros((0, 1)))
-    chance, cost = finish_chances(samples, time_left, cap, warm, rate, alpha)
-    pursued = (chance >= confidence - 1e-12).any(axis=1)
-    open_ = np.isfinite(cost) & pursued[:, None]
-    column = np.arange(chance.shape[1])[None, :]
-    rows = np.arange(k)
-    left = capacity
-    while left > 0:
-        now = chance[rows, counts][:, None]
-        step = column - counts[:, None]
-        ok = open_ & (step > 0) & (step <= left) & (chance > now + 1e-12)
-        if not ok.any():
-            break
-        # chance gained per node-tick added (a step that also saves node-ticks: first)
-        added = np.maximum(cost - cost[rows, counts][:, None], 1e-9)
-        with np.errstate(invalid="ignore"):
-            gain = np.where(ok, (chance - now) / added, -np.inf)
-        i, n = np.unravel_index(np.argmax(gain), gain.shape)
-        left -= int(n - counts[i])
-        counts[i] = n
-    kept = counts > 0
-    for want in (np.where(kept, np.minimum(warm, cap), 0), np.where(kept, cap, 0)):
-        left = spread(counts, np.asarray(want, np.int64), left)
-    return HedgePlan(counts, kept, chance)
 
 
 class Hedge(Scheduler):
@@ -321,28 +209,19 @@ class Hedge(Scheduler):
 
     def plan(self, sim: Any, order: np.ndarray, rw: RemainingWork) -> tuple[np.ndarray, HedgePlan]:
         """Nodes per task (length = tasks in the episode) for the active tasks ``order``
-        (deadline order), whose predictions are ``rw``, and the plan of the predicted ones."""
+        (deadline order), whose predictions are ``rw``, and the plan of the predicted ones
+        (:func:`~flow_predictor.hedge_rule.plan_counts`)."""
         wl = sim.workload
-        unknown = rw.fallback | np.isnan(rw.samples).any(axis=1)
-        share = self.params.explore or max(1, sim.config.num_nodes // max(len(order), 1))
-        exploring = order[unknown]
-        counts = fill_in_order(sim, exploring, np.full(len(exploring), share))
-        planned = order[~unknown]
-        plan = hedge_plan(
-            np.asarray(rw.samples[~unknown], np.float64),
-            (wl.deadline[planned] - sim.t).astype(np.float64),
-            wl.cap[planned],
-            sim.nodes_now[planned].astype(np.float64),
-            wl.rate[planned],
-            wl.alpha[planned],
-            sim.config.num_nodes - int(counts.sum()),
-            self.params.confidence,
+        counts = np.zeros(len(sim.status), np.int64)
+        counts[order], plan = plan_counts(
+            rw.samples,
+            rw.fallback | np.isnan(rw.samples).any(axis=1),
+            (wl.deadline[order] - sim.t).astype(np.float64),
+            wl.cap[order],
+            sim.nodes_now[order],
+            wl.rate[order],
+            wl.alpha[order],
+            sim.config.num_nodes,
+            self.params,
         )
-        counts[planned] = plan.counts
-        # nodes no kept task can use: exploring tasks, then the others, up to their caps
-        left = sim.config.num_nodes - int(counts.sum())
-        for tasks in (exploring, planned[~plan.kept]):
-            share = counts[tasks]
-            left = spread(share, wl.cap[tasks], left)
-            counts[tasks] = share
         return counts, plan

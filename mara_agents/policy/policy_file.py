@@ -5,13 +5,15 @@ A policy file is ``torch.save`` of a plain dict (loaded with ``weights_only=True
     {"format": "mara-policy", "version": 3,
      "layout": {...ObsLayout...}, "model": {...ModelConfig...},
      "env": {...ClusterConfig the policy was trained on...},
-     "wrapper": "none" | "flow" | "wls", "wrapper_options": {...},
+     "wrapper": "none" | "flow" | "flow+deadline" | "wls", "wrapper_options": {...},
      "state_dict": {...MaraNet weights...}, "source": "<where it came from>",
      "predictor_sha256": "<flow checkpoint digest>" | None,
      "flow_share": {...FlowShareParams of the pred_nodes_needed / pred_share features...} | None,
-     "flow_samples": <flow samples per task behind the features> | None}
+     "flow_samples": <flow samples per task behind the features> | None,
+     "hedge": {...HedgeParams behind pred_share...} | None,
+     "deadline_prior": [...the deadline prior's log ratios...] | None}
 
-``flow_share`` and ``flow_samples`` are the predictor wrapper's
+``flow_share``, ``flow_samples``, ``hedge`` and ``deadline_prior`` are the predictor wrapper's
 :class:`~flow_predictor.wrapper.FeatureSettings` the policy was trained with; acting, its
 features are computed with them again (:func:`feature_settings_of`).
 
@@ -33,10 +35,14 @@ from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
+from flow_predictor.deadline_prior import DeadlinePrior
+from flow_predictor.hedge_rule import HedgeParams
 from flow_predictor.share_rule import FlowShareParams
 from flow_predictor.wrapper import (
+    FLOW_DEADLINE,
     PREDICTOR_FEATURES,
     WRAPPERS,
     FeatureSettings,
@@ -54,6 +60,8 @@ FORMAT = "mara-policy"
 VERSION = 3
 SHIPPED_POLICY = Path(__file__).parent / "shipped" / "mara_v10.pt"
 REQUIRED_KEYS = ("layout", "model", "wrapper", "state_dict")
+# the wrappers whose features come from the flow checkpoint (its digest is recorded)
+FLOW_WRAPPERS = ("flow", FLOW_DEADLINE)
 
 
 class PolicyFileError(ValueError):
@@ -69,6 +77,8 @@ def save_policy(
     wrapper = env_config.get("wrapper", "none")
     options = env_config.get("wrapper_options") or {}
     settings = feature_settings(wrapper, options)
+    planner = None if settings is None else settings.planner
+    prior = None if settings is None else settings.deadline_prior
     data = {
         "format": FORMAT,
         "version": VERSION,
@@ -81,7 +91,9 @@ def save_policy(
         "source": source,
         "predictor_sha256": _predictor_digest(wrapper, options),
         "flow_share": None if settings is None else settings.rule.to_dict(),
-        "flow_samples": settings.samples if wrapper == "flow" else None,
+        "flow_samples": settings.samples if wrapper in FLOW_WRAPPERS else None,
+        "hedge": None if planner is None else planner.to_dict(),
+        "deadline_prior": list(prior) if prior else None,
     }
     # Written beside and renamed: an interrupted export never leaves a half-written file.
     tmp = out.with_name(out.name + ".tmp")
@@ -92,7 +104,7 @@ def save_policy(
 
 def _predictor_digest(wrapper: str, options: dict[str, Any] | None) -> str | None:
     """SHA-256 of the flow checkpoint the features come from (None without flow features)."""
-    if wrapper != "flow":
+    if wrapper not in FLOW_WRAPPERS:
         return None
     from flow_predictor.checkpoint import SHIPPED_CHECKPOINT
 
@@ -124,7 +136,7 @@ def feature_settings_of(path: str | Path, data: dict[str, Any]) -> FeatureSettin
             "predictor it was trained with"
         )
     missing = [] if data.get("flow_share") is not None else ["flow_share"]
-    if wrapper == "flow":
+    if wrapper in FLOW_WRAPPERS:
         missing += [] if recorded is not None else ["predictor_sha256"]
         unknown = data.get("flow_samples") is None and "n_samples" not in options
         missing += ["flow_samples"] if unknown else []
@@ -140,7 +152,19 @@ def feature_settings_of(path: str | Path, data: dict[str, Any]) -> FeatureSettin
     except (TypeError, ValueError) as exc:
         raise PolicyFileError(f"{path}: 'flow_share' holds {rule!r}: {exc}") from None
     samples = data.get("flow_samples") or default.samples
-    return FeatureSettings(rule=rule, samples=samples)
+    if default.planner is None:
+        return FeatureSettings(rule=rule, samples=samples)
+    hedge, prior = data.get("hedge"), data.get("deadline_prior")
+    try:  # a flow+deadline policy acts with the planner and the prior it was trained with
+        planner = HedgeParams(**hedge)
+        deadline_prior = DeadlinePrior(np.asarray(prior, np.float64), {}).log_ratios
+    except (TypeError, ValueError) as exc:
+        raise PolicyFileError(
+            f"{path}: wrapper={wrapper!r} needs the 'hedge' knobs and the 'deadline_prior' "
+            f"it was trained with; the file holds {hedge!r} and a prior of "
+            f"{type(prior).__name__}: {exc}"
+        ) from None
+    return FeatureSettings(rule, samples, planner, tuple(float(v) for v in deadline_prior))
 
 
 def read_policy(path: str | Path = SHIPPED_POLICY) -> dict[str, Any]:

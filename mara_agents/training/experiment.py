@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from flow_predictor.wrapper import WRAPPERS
+from flow_predictor.wrapper import FLOW_DEADLINE, WRAPPERS
 from mara_agents.training.bases import read_with_bases
 from mara_agents.training.rules import (
     ANY,
@@ -383,10 +383,13 @@ def _wrapper_rules(wrapper: str) -> dict[str, Rule]:
     from flow_predictor.checkpoint import load_predictor
     from flow_predictor.flow import FlowPredictor
 
-    return {
+    rules = {
         **rules_of(load_predictor, {}),
         **rules_of(FlowPredictor, WRAPPER_BOUNDS, skip=("net", "norm")),
     }
+    if wrapper == FLOW_DEADLINE:  # the deadline prior's file (default: the shipped one)
+        rules["deadline_prior"] = Rule(lambda v: isinstance(v, str) and bool(v), "a file path")
+    return rules
 
 
 def _section(cls: type, values: Any, where: str) -> Any:

@@ -1,0 +1,175 @@
+"""The hedge planner's rule: chances of finishing, a greedy knapsack on them, this tick's counts.
+
+The arithmetic of :mod:`mara_agents.baselines.hedge` (its docstring is the specification)
+on arrays, with no simulation: the ``hedge`` scheduler calls :func:`plan_counts` on the
+active tasks, and the predictor wrapper's ``pred_share`` feature of a ``flow+deadline``
+policy is the same call on the visible ones (:mod:`flow_predictor.wrapper`).  Numpy only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from mara_env.schedulers import spread, ticks_needed
+
+
+@dataclass(frozen=True)
+class HedgeParams:
+    """The planner's knobs, with the defaults chosen on the validation split."""
+
+    confidence: float = 0.05  # a task is pursued only if some count has this chance
+    explore: int = 0  # nodes for a task not yet predicted (0: uniform share, as LARA)
+    tail: float = 0.0  # flow samples past its horizon: up to this times it (0: never)
+    flow_spread: float = 2.0  # flow+deadline: the flow model's log spread times this
+
+    def to_dict(self) -> dict[str, float | int]:
+        """Plain values (for a policy file's header)."""
+        return asdict(self)
+
+    def __post_init__(self) -> None:
+        checks = {
+            "confidence": (lambda v: 0 < v <= 1, "a probability in (0, 1]"),
+            "explore": (lambda v: v >= 0 and float(v).is_integer(), "a whole number >= 0 of nodes"),
+            "tail": (lambda v: v == 0 or v >= 1, "0 (never) or a factor >= 1"),
+            "flow_spread": (lambda v: 0 < v < float("inf"), "a factor > 0"),
+        }
+        for key, (ok, what) in checks.items():
+            value = getattr(self, key)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not ok(value):
+                raise ValueError(f"hedge: {key}={value!r}; expected {what}")
+        object.__setattr__(self, "explore", int(self.explore))
+
+
+DEFAULTS = HedgeParams()
+
+
+@dataclass
+class HedgePlan:
+    """The planner's view of the predicted tasks it was given (arrays in that order)."""
+
+    counts: np.ndarray  # nodes this tick
+    kept: np.ndarray  # bool: pursued (given nodes by the knapsack)
+    chance: np.ndarray  # (tasks, max cap + 1): p_k(n), column 0 is 0
+
+
+def finish_chances(
+    samples: np.ndarray,
+    time_left: np.ndarray,
+    cap: np.ndarray,
+    warm: np.ndarray,
+    rate: np.ndarray,
+    alpha: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """``p_k(n)`` and ``c_k(n)`` of every task (rows) and count ``n = 0..max(cap)``
+    (columns): the share of ``samples`` (tasks x samples of remaining work) that ``n`` nodes
+    held from now on finish within ``time_left``, and the node-ticks they then hold (until
+    done or the deadline), averaged over the samples (``inf`` beyond the cap; count 0:
+    chance 0, no node-ticks)."""
+    k = len(samples)
+    n = np.arange(1, int(cap.max(initial=1)) + 1, dtype=np.float64)
+    ticks = ticks_needed(
+        samples[:, :, None],
+        n[None, None, :],
+        warm[:, None, None],
+        rate[:, None, None],
+        alpha[:, None, None],
+    )
+    left = time_left[:, None, None]
+    with np.errstate(invalid="ignore"):  # inf work: never in time, held to the deadline
+        ok = ticks <= left
+        held = np.where(ok, ticks, left)
+    chance = ok.mean(axis=1)
+    cost = n[None, :] * held.mean(axis=1)
+    over = n[None, :] > cap[:, None]
+    chance[over] = 0.0
+    cost[over] = np.inf
+    zero = np.zeros((k, 1))
+    return np.hstack([zero, chance]), np.hstack([zero, cost])
+
+
+def hedge_plan(
+    samples: np.ndarray,
+    time_left: np.ndarray,
+    cap: np.ndarray,
+    warm: np.ndarray,
+    rate: np.ndarray,
+    alpha: np.ndarray,
+    capacity: int,
+    confidence: float = DEFAULTS.confidence,
+) -> HedgePlan:
+    """Steps 2-4 of the module docstring for tasks in earliest-deadline order, on
+    ``capacity`` free nodes.  Nodes that no kept task can use are left for the caller
+    (``Hedge.plan`` gives them to exploring tasks, then to the others)."""
+    k = len(samples)
+    counts = np.zeros(k, np.int64)
+    if k == 0:
+        return HedgePlan(counts, np.zeros(0, bool), np.zeros((0, 1)))
+    chance, cost = finish_chances(samples, time_left, cap, warm, rate, alpha)
+    pursued = (chance >= confidence - 1e-12).any(axis=1)
+    open_ = np.isfinite(cost) & pursued[:, None]
+    column = np.arange(chance.shape[1])[None, :]
+    rows = np.arange(k)
+    left = capacity
+    while left > 0:
+        now = chance[rows, counts][:, None]
+        step = column - counts[:, None]
+        ok = open_ & (step > 0) & (step <= left) & (chance > now + 1e-12)
+        if not ok.any():
+            break
+        # chance gained per node-tick added (a step that also saves node-ticks: first)
+        added = np.maximum(cost - cost[rows, counts][:, None], 1e-9)
+        with np.errstate(invalid="ignore"):
+            gain = np.where(ok, (chance - now) / added, -np.inf)
+        i, n = np.unravel_index(np.argmax(gain), gain.shape)
+        left -= int(n - counts[i])
+        counts[i] = n
+    kept = counts > 0
+    for want in (np.where(kept, np.minimum(warm, cap), 0), np.where(kept, cap, 0)):
+        left = spread(counts, np.asarray(want, np.int64), left)
+    return HedgePlan(counts, kept, chance)
+
+
+def plan_counts(
+    samples: np.ndarray,
+    unknown: np.ndarray,
+    time_left: np.ndarray,
+    cap: np.ndarray,
+    warm: np.ndarray,
+    rate: np.ndarray,
+    alpha: np.ndarray,
+    num_nodes: int,
+    params: HedgeParams = DEFAULTS,
+) -> tuple[np.ndarray, HedgePlan]:
+    """This tick's nodes of tasks in earliest-deadline order (rows of every array), and the
+    plan of the ``~unknown`` ones: tasks whose prediction is ``unknown`` explore (step 1 of
+    the specification), the others are planned on ``num_nodes`` less theirs
+    (:func:`hedge_plan`), and the nodes no kept task can use go to exploring tasks, then to
+    the others, up to their caps."""
+    k = len(cap)
+    cap = np.asarray(cap, np.int64)
+    share = params.explore or max(1, num_nodes // max(k, 1))
+    counts = np.zeros(k, np.int64)
+    left = num_nodes
+    for i in np.flatnonzero(unknown):  # exploring tasks in deadline order, while nodes last
+        counts[i] = min(share, int(cap[i]), left)
+        left -= counts[i]
+    planned = np.flatnonzero(~unknown)
+    plan = hedge_plan(
+        np.asarray(samples[planned], np.float64),
+        np.asarray(time_left[planned], np.float64),
+        cap[planned],
+        np.asarray(warm[planned], np.float64),
+        np.asarray(rate[planned], np.float64),
+        np.asarray(alpha[planned], np.float64),
+        left,
+        params.confidence,
+    )
+    counts[planned] = plan.counts
+    left = num_nodes - int(counts.sum())
+    for rows in (np.flatnonzero(unknown), planned[~plan.kept]):
+        got = counts[rows]
+        left = spread(got, cap[rows], left)
+        counts[rows] = got
+    return counts, plan
