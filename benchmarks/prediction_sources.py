@@ -8,10 +8,10 @@ model alone (as ``hedge:predictor=flow`` reads it), the deadline prior alone
 (``flow_predictor.deadline_prior``, fitted on the train split), and the two fused (what
 ``hedge`` and the ``flow+deadline`` wrapper read).  Against each task's exact remaining
 work it prints, by the task's reports so far: how often a source has a prediction, its
-median |log(median / truth)|, the share of truths inside its 10-90 % interval (0.8 when
-calibrated), and, for the chance that the task's cap from now on finishes it by its
-deadline, the mean predicted chance against the share that do (the pessimism or optimism
-a planner inherits).
+median |log(median / truth)| (a median of "never" counts as an infinite error), the share
+of truths inside its 10-90 % interval (0.8 when calibrated), and, for the chance that the
+task's cap from now on finishes it by its deadline, the mean predicted chance against the
+share that do (the pessimism or optimism a planner inherits).
 Results to expect: docs/predictor.md ("The deadline prior").
 """
 
@@ -76,7 +76,8 @@ def measure(sim: ClusterSim, sources: Sources, rows: list[tuple]) -> None:
         rw = source.get(sim, tasks)
         known = ~(rw.fallback | np.isnan(rw.samples).any(axis=1))
         s = np.where(known[:, None], rw.samples, 1.0)
-        q10, q50, q90 = np.quantile(s, [0.1, 0.5, 0.9], axis=1)
+        # "never" (inf) read as the largest float: quantiles among them stay huge, not nan
+        q10, q50, q90 = np.quantile(np.minimum(s, 1e300), [0.1, 0.5, 0.9], axis=1)
         chance, _ = finish_chances(s, *args)
         with np.errstate(divide="ignore", invalid="ignore"):
             error = np.abs(np.log(q50 / truth))
@@ -127,13 +128,14 @@ def main() -> None:
             if not m.any():
                 continue
             band = f"{lo}-{hi - 1}" if hi < 10**9 else f"{lo}+"
-            print(
+            line = (
                 f"{name:9s} {band:>8s} {m.sum():7d} {k.sum() / m.sum():9.2f} "
                 f"{np.median(table[k, 2]) if k.any() else np.nan:9.2f} "
                 f"{table[k, 3].mean() if k.any() else np.nan:9.2f} "
                 f"{table[k, 4].mean() if k.any() else np.nan:11.2f} "
                 f"{table[k, 5].mean() if k.any() else np.nan:11.2f}"
             )
+            print(line.replace("nan", "  -"))  # no prediction in the band
 
 
 if __name__ == "__main__":

@@ -125,7 +125,7 @@ BAD_FILES = {
     ),
     "unknown wrapper": (
         _edit("wrapper", lambda data: "magic"),
-        r"wrapper='magic'; expected one of \['none', 'flow', 'wls'\]",
+        r"wrapper='magic'; expected one of \['none', 'flow', 'flow\+deadline', 'wls'\]",
     ),
 }
 

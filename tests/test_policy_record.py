@@ -99,3 +99,30 @@ def test_a_file_without_the_record_loads_with_a_warning(tmp_path, key):
     with pytest.warns(UserWarning, match=f"does not record its .*'{key}'"):
         policy = load_policy(path)
     assert policy.net.layout == load_policy().net.layout
+
+
+def test_a_flow_deadline_policy_records_and_acts_with_its_prior_and_planner(tmp_path):
+    """A ``flow+deadline`` policy file holds the deadline prior and hedge's knobs it was
+    trained with, acts with them (not with whatever prior ships later), and a file without
+    them is a one-line error naming it."""
+    from flow_predictor.deadline_prior import DeadlinePrior
+    from flow_predictor.hedge_rule import DEFAULTS as HEDGE
+
+    net = load_policy().net
+    env = {"wrapper": "flow+deadline", "wrapper_options": {}}
+    path = save_policy(net, tmp_path / "p.pt", env)
+    data = torch.load(path, weights_only=True)
+    assert data["hedge"] == HEDGE.to_dict()
+    assert data["deadline_prior"] == pytest.approx(DeadlinePrior.load().log_ratios.tolist())
+    assert data["predictor_sha256"] == hashlib.sha256(SHIPPED_CHECKPOINT.read_bytes()).hexdigest()
+    data["deadline_prior"] = [v - 1.0 for v in data["deadline_prior"]]
+    torch.save(data, path)
+    policy = load_policy(path)
+    assert policy.features.deadline_prior[0] == pytest.approx(data["deadline_prior"][0])
+    assert policy.features.planner == HEDGE
+    data.pop("deadline_prior")
+    torch.save(data, path)
+    with pytest.raises(PolicyFileError) as err:
+        load_policy(path)
+    assert str(path) in str(err.value) and "deadline_prior" in str(err.value)
+    assert "\n" not in str(err.value)
