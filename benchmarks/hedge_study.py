@@ -7,7 +7,8 @@ Runs ``hedge`` (mara_agents/baselines/hedge.py) on the harness's episodes (base 
 (``hedge:predictor=oracle``); the exact work only from its third report on, exploring
 before, as it must with the flow model (``wait``); the exact total work times a fixed
 per-task error ``exp(sigma z)``, ``z`` standard normal drawn once per task, from its third
-report on (``sigma=S``); and the flow model's samples (``flow``).  Prints per load each
+report on (``sigma=S``); the flow model's samples (``flow``); and those fused with the
+deadline prior (``flow+deadline``, the default ``hedge``).  Prints per load each
 feed's completion rate and its paired difference from exact work (points, 95 % interval).
 Results to expect: docs/baselines.md ("hedge").
 """
@@ -56,8 +57,9 @@ class LateExact:
 
 
 def planner(feed: str, seed: int) -> Hedge:
-    """The hedge planner on ``feed``: ``oracle``, ``flow``, ``wait`` or ``sigma=S``."""
-    if feed in ("oracle", "flow"):
+    """The hedge planner on ``feed``: ``oracle``, ``flow``, ``flow+deadline``, ``wait`` or
+    ``sigma=S``."""
+    if feed in ("oracle", "flow", "flow+deadline"):
         return Hedge(predictor=feed)
     hedge = Hedge(predictor="oracle")
     sigma = 0.0 if feed == "wait" else float(feed.split("=")[1])
@@ -87,7 +89,8 @@ def main() -> None:
     args = p.parse_args()
     if args.episodes < 2:
         p.error("--episodes must be >= 2 (paired intervals)")
-    feeds = ["oracle", "wait", *(f"sigma={s}" for s in args.sigmas.split(",")), "flow"]
+    sigmas = (f"sigma={s}" for s in args.sigmas.split(","))
+    feeds = ["oracle", "wait", *sigmas, "flow", "flow+deadline"]
     loads = [float(v) for v in args.loads.split(",")]
     jobs = [(f, load, i, args.split) for f in feeds for load in loads for i in range(args.episodes)]
     context = multiprocessing.get_context("spawn")
@@ -99,7 +102,7 @@ def main() -> None:
         for f in feeds:
             x = np.array([rates[f, load, i] for i in range(args.episodes)])
             d, h = mean_ci(100 * (x - exact))
-            print(f"  load {load:g}  {f:10s} {x.mean():.3f}   vs exact {d:+.1f} ± {h:.1f} points")
+            print(f"  load {load:g}  {f:13s} {x.mean():.3f}   vs exact {d:+.1f} ± {h:.1f} points")
 
 
 if __name__ == "__main__":

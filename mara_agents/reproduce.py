@@ -71,11 +71,8 @@ DEFAULT_JOBS_EPISODES = 20
 # The shipped policy's recipe, found from the package (experiments/ sits beside it in a
 # source checkout), never from the working directory: the clone of RECIPE, then the PPO
 # stages of PPO_RECIPES in turn, each from the previous one's weights.
-RECIPE = Path(__file__).resolve().parents[1] / "experiments" / "mara.yaml"
-PPO_RECIPES = tuple(
-    RECIPE.with_name(name)
-    for name in ("mara_group.yaml", "mara_group_more.yaml", "mara_group_stage3.yaml")
-)
+RECIPE = Path(__file__).resolve().parents[1] / "experiments" / "mara_hedge.yaml"
+PPO_RECIPES = (RECIPE.with_name("mara_hedge_group.yaml"),)
 # Beside each PPO stage's run: the SHA-256 of the weights the stage started from.
 ORIGIN = "init_weights.sha256"
 

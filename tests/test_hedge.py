@@ -6,14 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from flow_predictor.hedge_rule import finish_chances, hedge_plan
 from flow_predictor.remaining import RemainingWork
 from mara_agents.baselines import ALL_SCHEDULERS
-from mara_agents.baselines.hedge import (
-    CensoredFlow,
-    Hedge,
-    finish_chances,
-    hedge_plan,
-)
+from mara_agents.baselines.hedge import CensoredFlow, Hedge
 from mara_agents.evaluation.registry import SpecError, make_scheduler
 from mara_env.cluster import DONE, ClusterSim
 from mara_env.schedulers import run_episode, ticks_needed

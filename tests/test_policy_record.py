@@ -12,7 +12,6 @@ import torch
 from flow_predictor.checkpoint import SHIPPED_CHECKPOINT
 from flow_predictor.remaining import FLOW_SAMPLES
 from flow_predictor.share_rule import DEFAULTS, FlowShareParams
-from flow_predictor.wrapper import FeatureSettings
 from mara_agents.policy.agent import MaraAgent
 from mara_agents.policy.inference import load_policy
 from mara_agents.policy.policy_file import SHIPPED_POLICY, PolicyFileError, save_policy
@@ -64,7 +63,8 @@ def test_the_recorded_settings_are_the_ones_acted_with(tmp_path):
     rule = {**DEFAULTS.to_dict(), "quantile": 0.8}
     path = shipped_with(tmp_path, flow_samples=64, wrapper_options={}, flow_share=rule)
     agent = MaraAgent(path)
-    assert agent.policy.features == FeatureSettings(FlowShareParams(**rule), samples=64)
+    features = agent.policy.features
+    assert (features.rule, features.samples) == (FlowShareParams(**rule), 64)
     assert agent._predictor.noise.shape[0] == 64
     aec = env(num_nodes=4, num_slots=agent.slots_for(4), horizon=6, split="val")
     aec.reset(seed=0)
@@ -73,8 +73,9 @@ def test_the_recorded_settings_are_the_ones_acted_with(tmp_path):
 
 
 def test_a_file_without_a_flow_sample_count_warns_unless_its_options_name_one(tmp_path):
-    assert "flow_samples" not in torch.load(SHIPPED_POLICY, weights_only=True)
-    path = shipped_with(tmp_path, wrapper_options={})  # written when the default was 64
+    assert torch.load(SHIPPED_POLICY, weights_only=True)["flow_samples"] == FLOW_SAMPLES
+    # as written before the count was recorded (when the default was 64)
+    path = shipped_with(tmp_path, wrapper_options={}, flow_samples=None)
     with pytest.warns(UserWarning, match="does not record its .*'flow_samples'"):
         policy = load_policy(path)
     assert policy.features.samples == FLOW_SAMPLES

@@ -6,8 +6,9 @@ then on replayed test days of a cluster's job trace (--jobs, the shipped Philly 
 default), and writes OUT/summary.md, CSVs, plots (completion vs load, predictor error vs
 prefix fraction, an example episode's allocation) and TensorBoard logs.  About 5-6
 minutes on 2 cores.  --full first retrains the predictor and the shipped policy's recipe from the
-experiment YAMLs (behaviour cloning, then three PPO stages of 40-45 minutes each; about
-two and a half hours more on 2 cores; needs the rllib extra; resumable stage by stage)
+experiment YAMLs (behaviour cloning of the hedge planner, then a PPO stage of 30 minutes;
+about 45 minutes more on 2 cores with the predictor's training; needs the rllib extra;
+resumable stage by stage)
 and evaluates the retrained policy too.
 """
 
