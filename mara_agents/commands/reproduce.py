@@ -4,7 +4,7 @@ Evaluates the flow-matching predictor against WLS and Optimus on the test split,
 MARA against LARA and the other baselines at loads 1.0/1.5/2.0 on the same episodes,
 then on replayed test days of a cluster's job trace (--jobs, the shipped Philly trace by
 default), and writes OUT/summary.md, CSVs, plots (completion vs load, predictor error vs
-prefix fraction, an example episode's allocation) and TensorBoard logs.  About 5-6
+prefix fraction, an example episode's allocation) and TensorBoard logs.  About 6-12
 minutes on 2 cores.  --full first retrains the predictor and the shipped policy's recipe from the
 experiment YAMLs (behaviour cloning of the hedge planner, then a PPO stage of 30 minutes;
 about 45 minutes more on 2 cores with the predictor's training; needs the rllib extra;
