@@ -41,8 +41,9 @@ class Sources:
 
     def __init__(self) -> None:
         prior = DeadlinePrior.load()
-        flow = PredictionCache(load_predictor(n_samples=FLOW_SAMPLES), SHARE.refresh)
-        fused = PredictionCache(load_predictor(n_samples=FLOW_SAMPLES), SHARE.refresh)
+        model = load_predictor(n_samples=FLOW_SAMPLES)  # one model, a cache per source
+        flow = PredictionCache(model, SHARE.refresh)
+        fused = PredictionCache(model, SHARE.refresh)
         self.sources = {
             "flow": flow,
             "deadline": DeadlineInformed(prior, None, FLOW_SAMPLES),

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from scipy.special import ndtri
 
 from flow_predictor.remaining import MIN_RATIO, PredictionCache, RemainingWork
 from mara_env.atomic import atomic_write
@@ -126,19 +127,17 @@ class DeadlinePrior:
         tasks = np.asarray(tasks, np.int64)
         done = np.asarray(sim.work, np.float64)[tasks]
         scale = deadline_scale(sim.workload, sim.config, tasks)
-        total = scale[:, None] * np.exp(self.log_ratios)[None, :]
+        r = self.log_ratios
         # the conditional distribution: the stored quantiles above the work done, read at
         # evenly spaced levels of what is left of the distribution
-        above = (total > done[:, None]).sum(axis=1)
+        above = (scale[:, None] * np.exp(r)[None, :] > done[:, None]).sum(axis=1)
         levels = (np.arange(n_samples) + 0.5) / n_samples
-        first = len(self.log_ratios) - above
-        pos = first[:, None] + levels[None, :] * np.maximum(above - 1, 0)[:, None]
-        lo = np.minimum(np.floor(pos).astype(np.int64), len(self.log_ratios) - 1)
-        hi = np.minimum(lo + 1, len(self.log_ratios) - 1)
+        pos = (len(r) - above)[:, None] + levels[None, :] * np.maximum(above - 1, 0)[:, None]
+        lo = np.minimum(np.floor(pos).astype(np.int64), len(r) - 1)
+        hi = np.minimum(lo + 1, len(r) - 1)
         frac = pos - lo
-        rows = np.arange(len(tasks))[:, None]
-        log_total = (1 - frac) * np.log(total[rows, lo]) + frac * np.log(total[rows, hi])
-        samples = np.maximum(np.exp(log_total) - done[:, None], MIN_RATIO * done[:, None])
+        total = scale[:, None] * np.exp((1 - frac) * r[lo] + frac * r[hi])
+        samples = np.maximum(total - done[:, None], MIN_RATIO * done[:, None])
         return RemainingWork(samples, np.zeros(len(tasks), bool))
 
 
@@ -166,8 +165,6 @@ def combine(prior: RemainingWork, flow: RemainingWork, flow_spread: float) -> Re
     wp, wf = 1.0 / sp**2, np.where(use, 1.0 / sf**2, 0.0)
     mean = (wp * mp + wf * np.where(use, mf, 0.0)) / (wp + wf)
     sd = 1.0 / np.sqrt(wp + wf)
-    from scipy.special import ndtri
-
     n_samples = prior.samples.shape[1]
     z = ndtri((np.arange(n_samples) + 0.5) / n_samples)
     fused = np.exp(mean[:, None] + sd[:, None] * z[None, :])

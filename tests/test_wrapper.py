@@ -36,6 +36,22 @@ def wrapped(predictor, **kw) -> PredictorFeatures:
     return PredictorFeatures(env(**{**SMALL, **kw}), predictor=predictor)
 
 
+def round_starts(e, agent, seed: int):
+    """Play an episode of ``e`` with ``agent`` (a ``SchedulerAgent``); at the first node of
+    each round yield its observation, the simulation and the mask of occupied slots."""
+    e.reset(seed=seed)
+    agent.reset(e, seed)
+    engine = e.unwrapped.engine
+    for name in e.agent_iter():
+        obs, _, term, trunc, _ = e.last()
+        if term or trunc:
+            e.step(None)
+            continue
+        if name == e.possible_agents[0]:
+            yield obs, engine.sim, engine.slot_tasks >= 0
+        e.step(agent.act(e, name))
+
+
 def play_until_reports(e, reports: int = 3, seed: int = 0) -> None:
     """Random valid actions until a visible task has ``reports`` loss reports."""
     rng = np.random.default_rng(seed)
@@ -229,27 +245,16 @@ def test_nodes_needed_feature_is_the_flow_share_want():
     # Light load: every active task is visible (the teacher predicts all active tasks).
     e = wrapped(load_predictor(n_samples=FLOW_SAMPLES), load=0.6, horizon=60)
     teacher = FlowShare()
-    agent = SchedulerAgent(teacher)
-    e.reset(seed=5)
-    agent.reset(e, 5)
-    engine = e.unwrapped.engine
     col = B + PREDICTOR_FEATURES.index("pred_nodes_needed")
     checked = 0
-    for name in e.agent_iter():
-        obs, _, term, trunc, _ = e.last()
-        if term or trunc:
-            e.step(None)
-            continue
-        if name == e.possible_agents[0]:
-            sim = engine.sim
-            tasks = engine.slot_tasks[engine.slot_tasks >= 0]
-            if len(tasks) == len(sim.active()):
-                want = confident_nodes(sim, tasks, teacher._predictions.get(sim, tasks))
-                slots = obs["observation"][8:].reshape(SMALL["num_slots"], -1)
-                feature = slots[engine.slot_tasks >= 0, col]
-                np.testing.assert_allclose(feature, want / sim.workload.cap[tasks], rtol=1e-6)
-                checked += int((want < sim.workload.cap[tasks]).sum())
-        e.step(agent.act(e, name))
+    for obs, sim, visible in round_starts(e, SchedulerAgent(teacher), seed=5):
+        tasks = e.unwrapped.engine.slot_tasks[visible]
+        if len(tasks) == len(sim.active()):
+            want = confident_nodes(sim, tasks, teacher._predictions.get(sim, tasks))
+            slots = obs["observation"][8:].reshape(SMALL["num_slots"], -1)
+            feature = slots[visible, col]
+            np.testing.assert_allclose(feature, want / sim.workload.cap[tasks], rtol=1e-6)
+            checked += int((want < sim.workload.cap[tasks]).sum())
     assert checked > 0  # some slot had a want below its cap
 
 
@@ -307,26 +312,15 @@ def test_flow_deadline_features_fuse_the_prior_and_share_is_the_hedge_plan():
         settings=settings,
     )
     teacher = Hedge()
-    agent = SchedulerAgent(teacher)
-    e.reset(seed=4)
-    agent.reset(e, 4)
-    engine = e.unwrapped.engine
     col = {n: B + i for i, n in enumerate(PREDICTOR_FEATURES)}
     checked = 0
-    for name in e.agent_iter():
-        obs, _, term, trunc, _ = e.last()
-        if term or trunc:
-            e.step(None)
-            continue
-        if name == e.possible_agents[0]:
-            sim = engine.sim
-            tasks = engine.slot_tasks[engine.slot_tasks >= 0]
-            slots = obs["observation"][8:].reshape(k, -1)[engine.slot_tasks >= 0]
-            assert (slots[:, col["pred_q50"]] > 0).all()  # predicted from arrival on
-            if len(tasks) == len(sim.active()) and len(tasks):
-                want = teacher.allocate(sim)[tasks]
-                share = np.rint(slots[:, col["pred_share"]] * sim.workload.cap[tasks])
-                np.testing.assert_array_equal(share, want)
-                checked += 1
-        e.step(agent.act(e, name))
+    for obs, sim, visible in round_starts(e, SchedulerAgent(teacher), seed=4):
+        tasks = e.unwrapped.engine.slot_tasks[visible]
+        slots = obs["observation"][8:].reshape(k, -1)[visible]
+        assert (slots[:, col["pred_q50"]] > 0).all()  # predicted from arrival on
+        if len(tasks) == len(sim.active()) and len(tasks):
+            want = teacher.allocate(sim)[tasks]
+            share = np.rint(slots[:, col["pred_share"]] * sim.workload.cap[tasks])
+            np.testing.assert_array_equal(share, want)
+            checked += 1
     assert checked > 10
