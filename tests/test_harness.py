@@ -314,3 +314,13 @@ def test_the_default_reference_is_the_policy_then_lara() -> None:
     assert default_reference(["fifo", "lara", "mara", "laira"]) == "mara"
     assert default_reference(["fifo", "lara", "mara=my.pt"]) == "lara"
     assert default_reference(["fifo", "tiresias"]) == "fifo"
+
+
+def test_episodes_without_a_task_are_named_not_silent(config, capsys) -> None:
+    df = evaluate(["uniform"], [1e-300], 2, [0], config, workers=1, progress=False)
+    assert (df["tasks"] == 0).all() and df["completion_rate"].isna().all()
+    err = capsys.readouterr().err
+    assert "load 1e-300: no task arrived in 2 of 2 episodes" in err
+    assert "left out of means and intervals" in err
+    evaluate(["uniform"], [1.0], 2, [0], config, workers=1, progress=False)
+    assert "no task arrived" not in capsys.readouterr().err

@@ -275,9 +275,27 @@ def evaluate(
     order = {s: i for i, s in enumerate(names)}
     df = df.sort_values("scheduler", key=lambda s: s.map(order), kind="stable")
     df = df.reset_index(drop=True)
+    _warn_empty_episodes(df)
     if out_dir is not None:
         write_outputs(df, out_dir, reference)
     return df
+
+
+def _warn_empty_episodes(df: pd.DataFrame) -> None:
+    """One line on stderr per load with episodes in which no task arrived: their
+    completion rate is undefined (nan in the results) and means and intervals leave them
+    out, which a table of nan or of fewer episodes would otherwise leave unexplained."""
+    for load, g in df.groupby("load", sort=False):
+        episodes = g.drop_duplicates(["base_seed", "episode"])
+        empty = int((episodes["tasks"] == 0).sum())
+        if empty:
+            print(
+                f"warning: load {load:g}: no task arrived in {empty} of {len(episodes)} "
+                "episodes (too low a load for this horizon); their completion rate is "
+                "undefined (nan) and left out of means and intervals",
+                file=sys.stderr,
+                flush=True,
+            )
 
 
 def _progress_bar(total: int, enabled: bool) -> Any:
