@@ -11,6 +11,10 @@ on them (exploration, chances of finishing, admission, this tick's counts).  Pri
 cluster size and load the mean, median and 99th percentile of the planning cost per tick,
 the mean prediction cost per tick, the active tasks per tick and the completion rate (a
 short untimed episode first loads the compiled functions).
+Then, on the same episodes, the shipped policy (``mara``, as the harness runs it): its whole
+decision per tick (``act_round``: its features, which hold the flow samples fused with the
+prior and hedge's count, then the network) and the network alone (the greedy decoder
+re-run on the recorded observations), against hedge's predictions plus planning.
 Goal: planning at most 5 ms per tick on 16 nodes.  CPU-clock figures: steadier than wall
 time on a shared machine, still higher while other jobs run.
 """
@@ -22,10 +26,13 @@ import time
 
 import numpy as np
 
+from flow_predictor.model import single_threaded
 from mara_agents.baselines.hedge import Hedge
-from mara_agents.evaluation.runner import episode_seed
+from mara_agents.evaluation.runner import build, episode_seed
 from mara_env.cluster import ClusterSim
+from mara_env.cluster_env import raw_env
 from mara_env.config import ClusterConfig
+from mara_env.round_env import RoundEnv
 from mara_env.schedulers import edf_order, place
 from mara_env.traces import load_traces
 
@@ -54,6 +61,29 @@ def timed_episode(
     return predict, plan, active, sim.metrics()["completion_rate"]
 
 
+def policy_episode(agent, config: ClusterConfig, traces, seed: int) -> tuple[list[float], float]:
+    """One episode of the shipped policy: per tick the CPU seconds of its whole decision;
+    and the CPU seconds per tick of its network alone, re-run on the recorded observations."""
+    config = config.replace(num_slots=agent.slots_for(config.num_nodes))
+    env = raw_env(config=config, trace_set=traces)
+    env.reset(seed=seed)
+    agent.reset(env, seed)
+    rounds = RoundEnv(env)
+    clock = time.process_time
+    decide, observed = [], []
+    while not rounds.engine.finished:
+        t0 = clock()
+        actions = agent.act_round(env)
+        decide.append(clock() - t0)
+        observed.append(agent._rounds.observe())
+        rounds.play(actions)
+    t0 = clock()
+    with single_threaded():
+        for obs in observed:
+            agent.policy.act_round(obs)
+    return decide, (clock() - t0) / max(1, len(observed))
+
+
 def main() -> None:
     """Parse the arguments and print one line per cluster size, load and predictor."""
     p = argparse.ArgumentParser(
@@ -68,9 +98,11 @@ def main() -> None:
         p.error("--episodes must be >= 1")
     traces = load_traces(split=args.split)
     # the first ticks of a process load numba's compiled functions: an untimed short episode
+    short = ClusterConfig(split=args.split, num_nodes=8, horizon=10)
     for predictor in ("flow+deadline", "flow", "oracle"):
-        short = ClusterConfig(split=args.split, num_nodes=8, horizon=10)
         timed_episode(Hedge(predictor=predictor), short, traces, 0)
+    agent = build("mara=")
+    policy_episode(agent, short, traces, 0)
     print(f"{args.episodes} {args.split} episodes per point, CPU ms per tick, one process:")
     for nodes in (int(v) for v in args.nodes.split(",")):
         for load in (float(v) for v in args.loads.split(",")):
@@ -95,6 +127,21 @@ def main() -> None:
                     f"completion {np.mean(rates):.3f} ({len(ms)} ticks)",
                     flush=True,
                 )
+                if predictor == "flow+deadline":
+                    hedge_ms = ms.mean() + 1e3 * np.mean(predict)
+            decide, network = [], []
+            for i in range(args.episodes):
+                d, n = policy_episode(agent, config, traces, episode_seed(0, load, i))
+                decide += d
+                network.append(n)
+            ms = 1e3 * np.asarray(decide)
+            print(
+                f"  {nodes:3d} nodes, load {load:g}, {'mara':13s}: decision mean {ms.mean():.2f}, "
+                f"median {np.median(ms):.2f} ms, of which network {1e3 * np.mean(network):.2f} "
+                f"ms; hedge's predictions + planning {hedge_ms:.2f} ms "
+                f"(mara / hedge {ms.mean() / hedge_ms:.1f})",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

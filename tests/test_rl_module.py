@@ -232,3 +232,37 @@ def test_export_reads_params_of_runs_made_before_the_moves(tmp_path: Path, where
         pickle.loads(old)
     (tmp_path / "params.pkl").write_bytes(old)
     assert _env_of(tmp_path / "checkpoint_000001") == {"wrapper": "wls"}
+
+
+def test_dagger_rounds_continue_from_init_weights(tmp_path: Path) -> None:
+    """``init_weights`` with ``episodes: 0`` and DAgger rounds: no cloning stage, the
+    rounds start from those weights (the policy drives, the teacher labels) and move them."""
+    from mara_agents.training.clone import pretrain
+    from mara_agents.training.experiment import parse_experiment
+
+    env = {"num_nodes": 4, "num_slots": 3, "horizon": 15, "split": "train"}
+    model = {"hidden": 16, "heads": 2, "critic_hidden": 16}
+    layout = ObsLayout.infer(8 + 3 * SLOT, 8 + 3 * SLOT + 4, 4)
+    start = MaraNet(layout, ModelConfig(hidden=16, heads=2, critic_hidden=16)).state_dict()
+    torch.save(start, tmp_path / "start.pt")
+    rounds = {"dagger_rounds": 1, "dagger_episodes": 2, "dagger_epochs": 1}
+    pretrain_cfg = {"scheduler": "uniform", "init_weights": str(tmp_path / "start.pt"), **rounds}
+    exp = parse_experiment({"name": "t", "env": env, "model": model, "pretrain": pretrain_cfg})
+    assert exp.pretrain.clones
+    out = tmp_path / "t_pretrain.pt"
+    lines: list[str] = []
+    pretrain(exp, out, log=lines.append)
+    assert lines[0] == f"pretrain: DAgger from {tmp_path / 'start.pt'}"
+    assert not (tmp_path / "t_pretrain_bc.pt").exists()
+    assert (tmp_path / "t_pretrain_dagger1.pt").is_file()
+    assert any(line.startswith("dagger round 1:") for line in lines)
+    after = torch.load(out, weights_only=True)
+    assert any(not torch.equal(start[k], after[k]) for k in start)
+    # init_weights alone is a warm start for PPO, not a cloning stage; with a teacher's
+    # episodes as well it is refused
+    alone = parse_experiment(
+        {"name": "t", "env": env, "pretrain": {"init_weights": str(tmp_path / "start.pt")}}
+    )
+    assert not alone.pretrain.clones
+    with pytest.raises(ConfigError, match="DAgger rounds from init_weights take episodes: 0"):
+        parse_experiment({"name": "t", "env": env, "pretrain": {**pretrain_cfg, "episodes": 2}})

@@ -274,4 +274,4 @@ def test_bad_files_and_out_stop_at_the_door(tmp_path: Path, capsys: pytest.Captu
     err = _bad_input(
         tmp_path, [str(SMOKE), "--out", str(tmp_path / "r"), "--pretrain-only"], capsys
     )
-    assert "pretrain.episodes > 0" in err
+    assert "expected pretrain.episodes > 0, or pretrain.init_weights with" in err

@@ -87,10 +87,12 @@ def run(args: argparse.Namespace) -> int:
         if args.pretrain_only:
             from mara_agents.training.clone import pretrain
 
-            if exp.pretrain.episodes <= 0:
+            if not exp.pretrain.clones:
                 raise ConfigError(
-                    f"{args.experiment}: --pretrain-only: expected pretrain.episodes > 0 "
-                    f"(got {exp.pretrain.episodes})"
+                    f"{args.experiment}: --pretrain-only: expected pretrain.episodes > 0, or "
+                    "pretrain.init_weights with pretrain.dagger_rounds > 0 (got episodes "
+                    f"{exp.pretrain.episodes}, dagger_rounds {exp.pretrain.dagger_rounds}, "
+                    f"init_weights {exp.pretrain.init_weights!r})"
                 )
             out = Path(args.out) / f"{exp.name}_pretrain.pt"
             if not args.resume:
@@ -105,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
         from mara_agents.training.train import train
 
         checks.ray_address(args.address)
-        if exp.pretrain.episodes > 0 and not args.resume:  # the warm start beside the run
+        if exp.pretrain.clones and not args.resume:  # the warm start beside the run
             warm = check_out(args.out) / f"{exp.name}_pretrain.pt"
             prepare_out_file(warm, force=args.force, resumable=True, option="warm start")
         run_dir = prepare_out(

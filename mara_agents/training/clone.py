@@ -22,11 +22,19 @@ import torch
 
 from flow_predictor.wrapper import make_wrapped_env
 from mara_agents.policy.network import MASKED_LOGIT, MaraNet, ObsLayout, model_config_from
+from mara_agents.policy.policy_file import warm_start_weights
 from mara_agents.training.experiment import Experiment
 from mara_agents.training.records import check_inputs, check_out, check_unchanged, write_record
 
 # What the warm start depends on: a change to any of these makes its saved stages stale.
 PRETRAIN_SECTIONS = ("seed", "env", "wrapper", "wrapper_options", "model", "pretrain")
+
+
+def env_layout(env: Any) -> ObsLayout:
+    """The layout of the observations ``env`` (an experiment's wrapped env) shows a node."""
+    space = env.observation_space(env.possible_agents[0])
+    k = env.unwrapped.engine.config.num_slots
+    return ObsLayout.infer(space["observation"].shape[0], space["state"].shape[0], k + 1)
 
 
 def demonstration_seeds(root: int, stage: int, episodes: int) -> list[int]:
@@ -101,9 +109,7 @@ def collect_demonstrations(
     from mara_env.schedulers import SchedulerAgent
 
     env = make_wrapped_env(exp.env_config())
-    space = env.observation_space(env.possible_agents[0])
-    k = env.unwrapped.engine.config.num_slots
-    layout = ObsLayout.infer(space["observation"].shape[0], space["state"].shape[0], k + 1)
+    layout = env_layout(env)
     # The spec was checked when the experiment was parsed.
     agent = _Demonstrator(SchedulerAgent(make_scheduler(exp.pretrain.scheduler)), layout, policy)
     targets = []
@@ -175,8 +181,12 @@ def pretrain(exp: Experiment, out: Path, log: Any = None, resume: bool = False) 
     Stages: behaviour cloning on the teacher's episodes (``<out>_bc.pt``), then
     ``dagger_rounds`` DAgger rounds (``<out>_dagger<r>.pt``): the clone drives
     ``dagger_episodes`` episodes, the teacher labels them, and the net is refit on all
-    data so far.  With ``resume`` a finished stage's file is loaded instead of refitting
-    (its demonstrations are collected again: they are deterministic given the seeds), once
+    data so far.  With ``init_weights`` (and ``episodes: 0``) there is no cloning stage:
+    the rounds start from those weights (a trained policy fine-tuned on its own mistakes,
+    e.g. on another workload or cluster size), and fit on the rounds' data alone.
+
+    With ``resume`` a finished stage's file is loaded instead of refitting (its
+    demonstrations are collected again: they are deterministic given the seeds), once
     the experiment is found unchanged since those stages ran (``<out>.yaml`` records it).
     Only ``dagger_rounds`` may change on resume: a round depends on the stages before it
     alone, so more rounds continue from the last one saved.
@@ -189,16 +199,20 @@ def pretrain(exp: Experiment, out: Path, log: Any = None, resume: bool = False) 
     if resume:
         check_unchanged(exp, record, free=("pretrain.dagger_rounds",))
     write_record(exp, record, sections=PRETRAIN_SECTIONS)
-    t0 = time.time()
-    data = collect_demonstrations(exp, demonstration_seeds(exp.seed, 0, cfg.episodes))
-    log(
-        f"pretrain: {len(data['action'])} steps from {cfg.episodes} episodes "
-        f"of {cfg.scheduler} in {time.time() - t0:.0f}s"
-    )
-    layout = ObsLayout.infer(data["obs"].shape[1], data["state"].shape[1], data["mask"].shape[1])
     torch.manual_seed(exp.seed)
-    net = MaraNet(layout, model_config_from(exp.model))
+    net = MaraNet(env_layout(make_wrapped_env(exp.env_config())), model_config_from(exp.model))
     out.parent.mkdir(parents=True, exist_ok=True)
+    data: dict[str, np.ndarray] | None = None
+    if cfg.init_weights:
+        net.load_state_dict(warm_start_weights(cfg.init_weights))
+        log(f"pretrain: DAgger from {cfg.init_weights}")
+    else:
+        t0 = time.time()
+        data = collect_demonstrations(exp, demonstration_seeds(exp.seed, 0, cfg.episodes))
+        log(
+            f"pretrain: {len(data['action'])} steps from {cfg.episodes} episodes "
+            f"of {cfg.scheduler} in {time.time() - t0:.0f}s"
+        )
 
     def stage(path: Path, fit: Any) -> None:
         if resume and path.is_file():
@@ -208,10 +222,11 @@ def pretrain(exp: Experiment, out: Path, log: Any = None, resume: bool = False) 
             fit()
             torch.save(net.state_dict(), path)
 
-    stage(
-        out.with_name(out.stem + "_bc.pt"),
-        functools.partial(_fit, net, data, cfg.epochs, cfg.value_epochs, exp, log, "pretrain"),
-    )
+    if data is not None:
+        stage(
+            out.with_name(out.stem + "_bc.pt"),
+            functools.partial(_fit, net, data, cfg.epochs, cfg.value_epochs, exp, log, "pretrain"),
+        )
     for r in range(cfg.dagger_rounds):
         t0 = time.time()
         net.eval()
@@ -224,7 +239,7 @@ def pretrain(exp: Experiment, out: Path, log: Any = None, resume: bool = False) 
             f"episodes driven by the clone in {time.time() - t0:.0f}s; "
             f"clone agrees with {cfg.scheduler} on {agree:.3f} of them"
         )
-        data = {k: np.concatenate([data[k], new[k]]) for k in data}
+        data = new if data is None else {k: np.concatenate([data[k], new[k]]) for k in data}
         stage(
             out.with_name(f"{out.stem}_dagger{r + 1}.pt"),
             functools.partial(

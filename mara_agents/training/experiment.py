@@ -103,9 +103,17 @@ class PretrainConfig:
     dagger_rounds: int = 0
     dagger_episodes: int = 30  # episodes the clone drives per round
     dagger_epochs: int = 4  # passes over all data after each round
-    # Start PPO from these weights instead of cloning: a MaraNet state dict (a clone such as
+    # Start from these weights instead of cloning: a MaraNet state dict (a clone such as
     # runs/mara_pretrain.pt) or a policy file (`mara export`; its critic comes with it).
+    # With dagger_rounds > 0 (and episodes 0) the DAgger rounds continue from them: the
+    # policy drives, the teacher labels, and PPO (if any) starts from the result.
     init_weights: str = ""
+
+    @property
+    def clones(self) -> bool:
+        """Whether the warm start is fitted here (``mara train --pretrain-only`` makes it):
+        behaviour cloning from scratch, or DAgger rounds from ``init_weights``."""
+        return self.episodes > 0 or bool(self.init_weights and self.dagger_rounds > 0)
 
 
 # PPO's advantage estimators: RLlib's GAE with the critic, or a group-relative baseline of
@@ -414,9 +422,10 @@ def parse_experiment(data: Any, where: str = "experiment") -> Experiment:
     if pretrain.init_weights and pretrain.episodes > 0:
         raise ConfigError(
             f"{where}: pretrain: init_weights and episodes > 0 both set; "
-            "expected one warm start (a state dict to load, or a teacher to clone)"
+            "expected one warm start (a state dict to load, or a teacher to clone; "
+            "DAgger rounds from init_weights take episodes: 0)"
         )
-    if pretrain.episodes > 0:
+    if pretrain.clones:
         from mara_agents.evaluation.registry import SpecError, make_scheduler
 
         try:

@@ -55,7 +55,7 @@ def train(
     if exp.pretrain.init_weights:
         # absolute: Tune runs the trial in its own directory
         weights = str(Path(exp.pretrain.init_weights).resolve())
-    if exp.pretrain.episodes > 0 and not resume:
+    if exp.pretrain.clones and not resume:
         weights = pretrain(exp, exp_dir.with_name(exp.name + "_pretrain.pt"))
     if not ray.is_initialized():
         # "local": never attach to some other Ray instance running on this machine
