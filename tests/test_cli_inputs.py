@@ -383,3 +383,22 @@ def test_train_refuses_a_verbosity_tune_does_not_have(tmp_path, capsys, verbose)
     argv = ["train", str(smoke), "--out", str(tmp_path / "runs"), "--verbose", verbose]
     refused(argv, capsys, f"--verbose {verbose}", "0-3")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_predictor_train_and_lofo_never_replace_earlier_results_silently(tmp_path, capsys):
+    run = tmp_path / "run"
+    run.mkdir()
+    for name in ("flow.pt", "flow.last.pt"):
+        target = run / name
+        target.write_bytes(b"an earlier checkpoint")
+        argv = ["predictor", "train", "--out", str(run / "flow.pt"), "--epochs", "1"]
+        culprit = f"--out {target}: exists; choose a new name, --resume to continue it, or --force"
+        refused(argv, capsys, culprit, status=1)
+        assert target.read_bytes() == b"an earlier checkpoint"
+        target.unlink()
+    lofo = tmp_path / "lofo"
+    lofo.mkdir()
+    (lofo / "lofo.csv").write_text("earlier\n")
+    argv = ["predictor", "lofo", "--out", str(lofo), "--epochs", "1"]
+    refused(argv, capsys, f"--out {lofo}: not empty", status=1)
+    assert (lofo / "lofo.csv").read_text() == "earlier\n"

@@ -64,3 +64,19 @@ def test_bad_curves_arguments_are_named(
 def test_a_directory_without_results_is_named(tmp_path: Path, capsys) -> None:
     assert main(["curves", f"x={tmp_path}", "--out", str(tmp_path / "c.png")]) == 2
     assert "no result.json" in capsys.readouterr().err
+
+
+def test_an_earlier_figure_is_replaced_only_with_force(tmp_path: Path, capsys) -> None:
+    trial = fake_trial(tmp_path, "run", [0.5, 0.6])
+    out = tmp_path / "c.png"
+    out.write_bytes(b"an earlier figure")
+    assert main(["curves", str(trial), "--out", str(out)]) == 2
+    assert f"--out {out}: exists; choose a new name, or --force" in capsys.readouterr().err
+    assert out.read_bytes() == b"an earlier figure"
+    csv = tmp_path / "kept.csv"
+    csv.write_text("earlier\n")
+    assert main(["curves", str(trial), "--out", str(tmp_path / "d.png"), "--csv", str(csv)]) == 2
+    assert f"--csv {csv}: exists" in capsys.readouterr().err
+    assert csv.read_text() == "earlier\n" and not (tmp_path / "d.png").exists()
+    assert main(["curves", str(trial), "--out", str(out), "--force"]) == 0
+    assert out.stat().st_size > 10_000 and out.with_suffix(".csv").is_file()

@@ -41,6 +41,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--smooth", type=int, default=5, help="running mean over this many iterations (>= 1)"
     )
+    parser.add_argument(
+        "--force", action="store_true", help="replace the figure and the CSV if they exist"
+    )
 
 
 def _trial(arg: str) -> tuple[str, Path]:
@@ -56,6 +59,7 @@ def _trial(arg: str) -> tuple[str, Path]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from mara_agents.outputs import prepare_out_file
     from mara_agents.training.curves import compare_runs
 
     try:
@@ -71,11 +75,12 @@ def run(args: argparse.Namespace) -> int:
                 raise ValueError(f"--reference {ref!r}: {value!r} is not a number") from None
         if args.smooth < 1:
             raise ValueError(f"--smooth {args.smooth}: expected an integer >= 1")
-    except ValueError as exc:
+        out = prepare_out_file(args.out, force=args.force)
+        csv = args.csv or out.with_suffix(".csv")
+        csv = prepare_out_file(csv, force=args.force, option="--csv")
+    except ValueError as exc:  # OutputError is one
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    out = Path(args.out)
-    csv = Path(args.csv) if args.csv else out.with_suffix(".csv")
     compare_runs(runs, out, csv, refs, args.smooth)
     print(f"wrote {out}, {csv}")
     return 0

@@ -35,6 +35,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     t = sub.add_parser("train", help="train the flow model on a trace library", formatter_class=fmt)
     _training_options(t, out_help="checkpoint to write (best epoch)")
     t.add_argument("--resume", action="store_true", help="continue from OUT's .last.pt checkpoint")
+    t.add_argument(
+        "--force",
+        action="store_true",
+        help="replace OUT and its .last.pt from an earlier run (without it they are refused)",
+    )
     t.set_defaults(_run=run_train)
 
     e = sub.add_parser(
@@ -69,6 +74,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     lo.add_argument("--eval-split", default="test", help="split of each held-out family scored")
     lo.add_argument(
         "--samples", type=int, default=None, help="flow samples per prediction (default 32)"
+    )
+    lo.add_argument(
+        "--force", action="store_true", help="replace what OUT holds from an earlier run"
     )
     lo.set_defaults(_run=run_lofo, out="runs/predictor/lofo")
 
@@ -203,12 +211,17 @@ def run_train(args: argparse.Namespace) -> int:
     from flow_predictor.checkpoint import CheckpointError
     from flow_predictor.train import train
     from mara_agents.commands import checks
+    from mara_agents.outputs import OutputError, prepare_out_file
     from mara_env.traces import TraceError
 
     try:
         cfg = _train_config(args)
         checks.output_file(args.out)
-    except checks.UsageError as exc:
+        if not args.resume:  # a trained checkpoint, or one to resume, is never lost silently
+            last = Path(args.out).with_suffix(".last.pt")
+            prepare_out_file(args.out, force=args.force, resumable=True)
+            prepare_out_file(last, force=args.force, resumable=True)
+    except (checks.UsageError, OutputError) as exc:
         print(f"mara predictor train: error: {exc}", file=sys.stderr)
         return 1
     t0 = time.time()
@@ -272,6 +285,7 @@ def run_lofo(args: argparse.Namespace) -> int:
     """Leave-one-family-out: train without each family and score on it; print the table."""
     from flow_predictor.lofo import leave_one_family_out
     from mara_agents.commands import checks
+    from mara_agents.outputs import OutputError, prepare_out
     from mara_env.traces import TraceError
 
     try:
@@ -284,17 +298,22 @@ def run_lofo(args: argparse.Namespace) -> int:
         )
         samples = None if args.samples is None else checks.at_least(args.samples, "--samples", 1)
         checks.check_output_dir(args.out)
-    except checks.UsageError as exc:
+        run_dir = prepare_out(
+            args.out, command="predictor lofo", force=args.force, files=("lofo.csv",)
+        )
+    except (checks.UsageError, OutputError) as exc:
         print(f"mara predictor lofo: error: {exc}", file=sys.stderr)
         return 1
     families = [f for f in (args.families or "").split(",") if f] or None
-    try:
-        table = leave_one_family_out(
-            cfg, args.out, families, args.eval_split, samples, progress=not args.quiet
-        )
-    except TraceError as exc:
-        print(f"mara predictor lofo: error: {exc}", file=sys.stderr)
-        return 1
+    with run_dir:
+        try:
+            table = leave_one_family_out(
+                cfg, args.out, families, args.eval_split, samples, progress=not args.quiet
+            )
+        except TraceError as exc:
+            print(f"mara predictor lofo: error: {exc}", file=sys.stderr)
+            run_dir.abandon()
+            return 1
     print(table.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     print(f"wrote {Path(args.out) / 'lofo.csv'}")
     return 0

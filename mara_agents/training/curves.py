@@ -24,6 +24,7 @@ from ray.rllib.core import ALL_MODULES
 from ray.tune.logger import LoggerCallback
 
 from mara_agents.scalars import ScalarWriter
+from mara_env.atomic import atomic_path
 
 CURVES = (
     ("env_runners/mara/completion_rate", "completion rate (train episodes)"),
@@ -184,7 +185,8 @@ def compare_runs(
         )
     data = pd.concat(frames, ignore_index=True)
     if csv is not None:
-        data.to_csv(csv, index=False)
+        with atomic_path(csv) as tmp:
+            data.to_csv(tmp, index=False)
     fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
     for label, part in data.groupby("run", sort=False):
         part = part[np.isfinite(part["completion_rate"])]
@@ -202,6 +204,7 @@ def compare_runs(
     for ax in axes:
         ax.grid(alpha=0.3)
     fig.tight_layout()
-    fig.savefig(png, dpi=120)
+    with atomic_path(png) as tmp:
+        fig.savefig(tmp, dpi=120)
     plt.close(fig)
     return Path(png)
