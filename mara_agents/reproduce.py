@@ -70,9 +70,11 @@ DEFAULT_JOBS_NODES = 16
 DEFAULT_JOBS_EPISODES = 20
 # The shipped policy's recipe, found from the package (experiments/ sits beside it in a
 # source checkout), never from the working directory: the clone of RECIPE, then the PPO
-# stages of PPO_RECIPES in turn, each from the previous one's weights.
+# stages of PPO_RECIPES in turn, each from the previous one's weights, then the DAgger
+# rounds of DAGGER_RECIPE from the last of them.
 RECIPE = Path(__file__).resolve().parents[1] / "experiments" / "mara_hedge.yaml"
 PPO_RECIPES = (RECIPE.with_name("mara_hedge_group.yaml"),)
+DAGGER_RECIPE = RECIPE.with_name("mara_hedge_jobs.yaml")
 # Beside each PPO stage's run: the SHA-256 of the weights the stage started from.
 ORIGIN = "init_weights.sha256"
 
@@ -91,6 +93,7 @@ def retrain(
     recipe: Path = RECIPE,
     predictor: TrainConfig | None = None,
     ppo_recipe: Path | Sequence[Path] | None = PPO_RECIPES,
+    dagger_recipe: Path | None = DAGGER_RECIPE,
 ) -> Path:
     """Retrain the shipped policy's recipe and the predictor under ``out/retrained``.
 
@@ -100,10 +103,12 @@ def retrain(
     first from the clone, each later one from the weights (critic included) of the one
     before, each for its YAML's ``stop`` budget.  Every stage's final checkpoint is exported
     to ``out/retrained/<name>.pt`` (an existing export is reused when its recipe and its
-    starting weights are unchanged, refused otherwise) and the last one's policy
-    file returned.  PPO stages that stop on wall-clock time with two sampling processes
-    land near, not on, the shipped weights.  The policy observes through the shipped flow
-    checkpoint, as the shipped policy does; the retrained predictor (``predictor``'s
+    starting weights are unchanged, refused otherwise); then, with ``dagger_recipe``,
+    that YAML's DAgger rounds from the last export (its ``init_weights`` replaced), exported
+    to ``out/retrained/<name>.pt``; the last policy file is returned.  PPO stages that
+    stop on wall-clock time with two sampling processes land near, not on, the shipped
+    weights.  The policy observes through the shipped flow checkpoint, as the shipped
+    policy does; the retrained predictor (``predictor``'s
     settings, default the shipped recipe ``SHIPPED_RECIPE``; written to
     ``out/retrained/flow.pt``) is made for comparison.  Both resume finished stages.
     """
@@ -120,7 +125,8 @@ def retrain(
         stages = [Path(ppo_recipe)]
     else:
         stages = [Path(p) for p in ppo_recipe]
-    for path in (Path(recipe), *stages):
+    finish = [] if dagger_recipe is None else [Path(dagger_recipe)]
+    for path in (Path(recipe), *stages, *finish):
         if not path.is_file():
             raise ConfigError(
                 f"recipe {str(path)!r} not found: reproduce --full needs a source checkout "
@@ -136,6 +142,8 @@ def retrain(
     for path in stages:
         weights = _ppo_stage(path, weights, start, root)
         start = weights.name
+    for path in finish:
+        weights = _dagger_stage(path, weights, root)
     cfg = dataclasses.replace(predictor or SHIPPED_RECIPE, out=str(root / "flow.pt"))
     print(f"   predictor: flow matching on the {cfg.split} split -> {cfg.out}", flush=True)
     # resume only what exists: the predictor's resume needs its .last.pt
@@ -173,6 +181,33 @@ def _ppo_stage(path: Path, weights: Path, start: str, root: Path) -> Path:
         _train_and_export(ppo, root / "train", policy)
         origin.write_text(file_digest(weights) + "\n")
     return policy
+
+
+def _dagger_stage(path: Path, weights: Path, root: Path) -> Path:
+    """The DAgger rounds of the YAML at ``path`` from ``weights``, exported to
+    ``root/<name>.pt``; finished rounds are reused while they began from the same weights."""
+    from mara_agents.policy.policy_file import file_digest
+    from mara_agents.training.clone import pretrain
+    from mara_agents.training.experiment import load_experiment
+    from mara_agents.training.export import export_warm_start
+
+    stage = load_experiment(path)
+    stage = dataclasses.replace(
+        stage, pretrain=dataclasses.replace(stage.pretrain, init_weights=str(weights))
+    )
+    out = root / "train" / f"{stage.name}_pretrain.pt"
+    origin = out.with_name(f"{stage.name}_{ORIGIN}")
+    if origin.is_file() and origin.read_text().strip() != file_digest(weights):
+        raise ConfigError(
+            f"{out} was trained from other weights than {weights} holds now (the stage "
+            f"before it was retrained); expected its starting weights unchanged: delete "
+            f"{out.parent / stage.name}_pretrain* to redo its rounds from them"
+        )
+    print(f"   policy: DAgger rounds from {weights.name} ({path})", flush=True)
+    origin.parent.mkdir(parents=True, exist_ok=True)
+    origin.write_text(file_digest(weights) + "\n")
+    state = pretrain(stage, out, resume=True)
+    return export_warm_start(state, stage, root / f"{stage.name}.pt")
 
 
 def _train_and_export(ppo: Experiment, out: Path, policy: Path) -> None:

@@ -77,6 +77,13 @@ def test_retrain_calls_the_library_from_any_directory(tmp_path, monkeypatch) -> 
     more = recipe.with_name("tiny_more.yaml")  # the second stage, from the first's export
     more.write_text("base: tiny.yaml\nname: tiny_more\nseed: 1\n")
     stages = [recipe, more]
+    # the last stage: DAgger rounds from the second's export (its init_weights replaced)
+    rounds = recipe.with_name("tiny_rounds.yaml")
+    rounds.write_text(
+        "base: tiny.yaml\nname: tiny_rounds\npretrain: !replace\n  scheduler: uniform\n"
+        "  init_weights: not_yet.pt\n  dagger_rounds: 1\n  dagger_episodes: 1\n"
+        "  dagger_epochs: 1\n"
+    )
     predictor = TrainConfig(
         epochs=1, prefixes_per_trace=2, hidden=16, depth=1, cond_hidden=8, val_samples=2
     )
@@ -84,8 +91,17 @@ def test_retrain_calls_the_library_from_any_directory(tmp_path, monkeypatch) -> 
     elsewhere.mkdir()
     monkeypatch.chdir(elsewhere)
     out = tmp_path / "results"
-    policy = retrain(out, recipe=recipe, predictor=predictor, ppo_recipe=stages)
-    assert policy == out / "retrained" / "tiny_more.pt"
+    finished = retrain(out, recipe, predictor, ppo_recipe=stages, dagger_recipe=rounds)
+    assert finished == out / "retrained" / "tiny_rounds.pt"
+    assert "tiny_rounds_pretrain.pt (warm start)" in load_policy(finished).meta["source"]
+    assert (out / "retrained" / "train" / "tiny_rounds_pretrain_dagger1.pt").is_file()
+    policy = out / "retrained" / "tiny_more.pt"
+    assert retrain(out, recipe, predictor, stages, rounds) == finished  # all reused
+    policy.unlink()  # the PPO stage retrains: the rounds no longer follow from it
+    with pytest.raises(ConfigError, match=r"tiny_rounds_pretrain.pt was trained from other"):
+        retrain(out, recipe, predictor, ppo_recipe=stages, dagger_recipe=rounds)
+    assert policy.is_file() and finished.is_file()
+    assert retrain(out, recipe, predictor, stages, dagger_recipe=None) == policy
     first = out / "retrained" / "tiny.pt"
     record = yaml.safe_load((out / "retrained" / "train" / "tiny_more" / RECORD).read_text())
     assert record["pretrain"]["init_weights"] == str(first)  # stage 2 starts from stage 1
@@ -94,17 +110,17 @@ def test_retrain_calls_the_library_from_any_directory(tmp_path, monkeypatch) -> 
     assert (out / "retrained" / "train" / "tiny_pretrain_bc.pt").is_file()
     assert "checkpoint_" in load_policy(policy).meta["source"]  # the PPO stage's export
     assert not any(elsewhere.iterdir())  # nothing written relative to the cwd
-    assert retrain(out, recipe=recipe, predictor=predictor, ppo_recipe=stages) == policy
+    assert retrain(out, recipe, predictor, stages, dagger_recipe=None) == policy
     first.unlink()  # stage 1 retrains, so stage 2's export no longer follows from it
     with pytest.raises(ConfigError, match=r"tiny_more.pt was trained from other weights"):
-        retrain(out, recipe=recipe, predictor=predictor, ppo_recipe=stages)
+        retrain(out, recipe, predictor, ppo_recipe=stages, dagger_recipe=None)
     assert first.is_file() and policy.is_file()  # nothing lost
     more.write_text(more.read_text().replace("seed: 1", "seed: 2"))
     with pytest.raises(ConfigError, match=r"seed: 1 -> 2"):
-        retrain(out, recipe=recipe, predictor=predictor, ppo_recipe=stages)  # stale stage 2
+        retrain(out, recipe, predictor, stages, dagger_recipe=None)  # stale stage 2
     recipe.write_text(recipe.read_text().replace("epochs: 1", "epochs: 2"))
     with pytest.raises(ConfigError, match=r"pretrain.epochs: 1 -> 2"):
-        retrain(out, recipe=recipe, predictor=predictor, ppo_recipe=None)  # stale clone
+        retrain(out, recipe, predictor, ppo_recipe=None, dagger_recipe=None)  # stale clone
     with pytest.raises(ConfigError, match="needs a source checkout"):
         retrain(out, recipe=tmp_path / "missing.yaml")
 
