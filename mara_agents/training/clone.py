@@ -199,20 +199,21 @@ def pretrain(exp: Experiment, out: Path, log: Any = None, resume: bool = False) 
     if resume:
         check_unchanged(exp, record, free=("pretrain.dagger_rounds",))
     write_record(exp, record, sections=PRETRAIN_SECTIONS)
-    torch.manual_seed(exp.seed)
-    net = MaraNet(env_layout(make_wrapped_env(exp.env_config())), model_config_from(exp.model))
-    out.parent.mkdir(parents=True, exist_ok=True)
     data: dict[str, np.ndarray] | None = None
-    if cfg.init_weights:
-        net.load_state_dict(warm_start_weights(cfg.init_weights))
-        log(f"pretrain: DAgger from {cfg.init_weights}")
-    else:
+    if not cfg.init_weights:
         t0 = time.time()
         data = collect_demonstrations(exp, demonstration_seeds(exp.seed, 0, cfg.episodes))
         log(
             f"pretrain: {len(data['action'])} steps from {cfg.episodes} episodes "
             f"of {cfg.scheduler} in {time.time() - t0:.0f}s"
         )
+    layout = env_layout(make_wrapped_env(exp.env_config()))
+    torch.manual_seed(exp.seed)
+    net = MaraNet(layout, model_config_from(exp.model))
+    if cfg.init_weights:
+        net.load_state_dict(warm_start_weights(cfg.init_weights))
+        log(f"pretrain: DAgger from {cfg.init_weights}")
+    out.parent.mkdir(parents=True, exist_ok=True)
 
     def stage(path: Path, fit: Any) -> None:
         if resume and path.is_file():
