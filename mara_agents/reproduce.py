@@ -169,18 +169,26 @@ def _ppo_stage(path: Path, weights: Path, start: str, root: Path) -> Path:
     origin = root / "train" / stage.name / ORIGIN  # the digest of the weights it began from
     if policy.is_file() and record.is_file():
         check_unchanged(ppo, record)  # the recipe's PPO settings are those of the export
-        if origin.is_file() and origin.read_text().strip() != file_digest(weights):
-            raise ConfigError(
-                f"{policy} was trained from other weights than {weights} holds now (the "
-                f"stage before it was retrained); expected its starting weights unchanged: "
-                f"delete {policy} to retrain this stage from them"
-            )
+        _check_origin(origin, weights, policy, f"delete {policy} to retrain this stage")
         print(f"   policy: reusing {policy}", flush=True)
     else:
         print(f"   policy: PPO from {start} ({path}), stop {stage.stop}", flush=True)
         _train_and_export(ppo, root / "train", policy)
         origin.write_text(file_digest(weights) + "\n")
     return policy
+
+
+def _check_origin(origin: Path, weights: Path, made: Path, undo: str) -> None:
+    """ConfigError unless ``made`` began from the weights ``weights`` holds now (``origin``
+    records their digest, when it exists); ``undo`` says how to redo it from them."""
+    from mara_agents.policy.policy_file import file_digest
+
+    if origin.is_file() and origin.read_text().strip() != file_digest(weights):
+        raise ConfigError(
+            f"{made} was trained from other weights than {weights} holds now (the stage "
+            f"before it was retrained); expected its starting weights unchanged: {undo} "
+            "from them"
+        )
 
 
 def _dagger_stage(path: Path, weights: Path, root: Path) -> Path:
@@ -197,12 +205,8 @@ def _dagger_stage(path: Path, weights: Path, root: Path) -> Path:
     )
     out = root / "train" / f"{stage.name}_pretrain.pt"
     origin = out.with_name(f"{stage.name}_{ORIGIN}")
-    if origin.is_file() and origin.read_text().strip() != file_digest(weights):
-        raise ConfigError(
-            f"{out} was trained from other weights than {weights} holds now (the stage "
-            f"before it was retrained); expected its starting weights unchanged: delete "
-            f"{out.parent / stage.name}_pretrain* to redo its rounds from them"
-        )
+    undo = f"delete {out.parent / stage.name}_pretrain* to redo its rounds"
+    _check_origin(origin, weights, out, undo)
     print(f"   policy: DAgger rounds from {weights.name} ({path})", flush=True)
     origin.parent.mkdir(parents=True, exist_ok=True)
     origin.write_text(file_digest(weights) + "\n")
