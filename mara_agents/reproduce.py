@@ -71,10 +71,10 @@ DEFAULT_JOBS_EPISODES = 20
 # The shipped policy's recipe, found from the package (experiments/ sits beside it in a
 # source checkout), never from the working directory: the clone of RECIPE, then the PPO
 # stages of PPO_RECIPES in turn, each from the previous one's weights, then the DAgger
-# rounds of DAGGER_RECIPE from the last of them.
+# rounds of each of DAGGER_RECIPES in turn, the first from the last PPO stage.
 RECIPE = Path(__file__).resolve().parents[1] / "experiments" / "mara_hedge.yaml"
 PPO_RECIPES = (RECIPE.with_name("mara_hedge_group.yaml"),)
-DAGGER_RECIPE = RECIPE.with_name("mara_hedge_jobs.yaml")
+DAGGER_RECIPES = (RECIPE.with_name("mara_hedge_jobs.yaml"), RECIPE.with_name("mara_plan_gap.yaml"))
 # Beside each PPO stage's run: the SHA-256 of the weights the stage started from.
 ORIGIN = "init_weights.sha256"
 
@@ -93,7 +93,7 @@ def retrain(
     recipe: Path = RECIPE,
     predictor: TrainConfig | None = None,
     ppo_recipe: Path | Sequence[Path] | None = PPO_RECIPES,
-    dagger_recipe: Path | None = DAGGER_RECIPE,
+    dagger_recipes: Sequence[Path] = DAGGER_RECIPES,
 ) -> Path:
     """Retrain the shipped policy's recipe and the predictor under ``out/retrained``.
 
@@ -103,11 +103,11 @@ def retrain(
     first from the clone, each later one from the weights (critic included) of the one
     before, each for its YAML's ``stop`` budget.  Every stage's final checkpoint is exported
     to ``out/retrained/<name>.pt`` (an existing export is reused when its recipe and its
-    starting weights are unchanged, refused otherwise); then, with ``dagger_recipe``,
-    that YAML's DAgger rounds from the last export (its ``init_weights`` replaced), exported
-    to ``out/retrained/<name>.pt``; the last policy file is returned.  PPO stages that
-    stop on wall-clock time with two sampling processes land near, not on, the shipped
-    weights.  The policy observes through the shipped flow checkpoint, as the shipped
+    starting weights are unchanged, refused otherwise); then the DAgger rounds of each YAML
+    of ``dagger_recipes`` in turn, each from the last export (its ``init_weights``
+    replaced), exported to ``out/retrained/<name>.pt``; the last policy file is returned.
+    PPO stages that stop on wall-clock time with two sampling processes land near, not on,
+    the shipped weights.  The policy observes through the shipped flow checkpoint, as the shipped
     policy does; the retrained predictor (``predictor``'s
     settings, default the shipped recipe ``SHIPPED_RECIPE``; written to
     ``out/retrained/flow.pt``) is made for comparison.  Both resume finished stages.
@@ -125,7 +125,7 @@ def retrain(
         stages = [Path(ppo_recipe)]
     else:
         stages = [Path(p) for p in ppo_recipe]
-    finish = [] if dagger_recipe is None else [Path(dagger_recipe)]
+    finish = [Path(p) for p in dagger_recipes]
     for path in (Path(recipe), *stages, *finish):
         if not path.is_file():
             raise ConfigError(

@@ -52,8 +52,35 @@ def test_demonstrations_are_what_the_aec_env_shows_each_node() -> None:
         env.step(action)
         if name == env.possible_agents[-1]:
             rewards.append(float(env.rewards[name]))
+    got["state"] = np.concatenate([got["obs"], got["queue"]], 1)  # what the critic reads
     for key, value in want.items():
         np.testing.assert_array_equal(got[key], np.asarray(value, got[key].dtype), err_msg=key)
     to_go = np.cumsum(rewards[::-1])[::-1]
     assert len(rewards) > 5  # an episode with rounds
     np.testing.assert_allclose(got["return"], np.repeat(to_go, 4).astype(np.float32))
+
+
+def test_consistent_labels_follow_the_teacher_until_the_clone_deviates() -> None:
+    """Without a deviation every node keeps the teacher's label; after one, a node whose
+    slot the earlier nodes filled stays on its own slot if that still wants nodes, and an
+    idle label goes where nodes are still wanted, so the round ends on the teacher's counts."""
+    import numpy as np
+
+    from mara_agents.training.clone import consistent_labels
+
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        k, n = 4, 9
+        labels = rng.integers(0, k + 1, n)
+        node_slot = rng.integers(-1, k, n)
+        np.testing.assert_array_equal(consistent_labels(labels, labels, node_slot, k), labels)
+    # slots 0 and 1, idle = 2; the teacher keeps nodes 0 and 1 on slot 0, moves node 2 to
+    # slot 1 and idles node 3; the clone's node 0 went to slot 1 instead
+    labels, node_slot = np.array([0, 0, 1, 2]), np.array([0, 0, 0, -1])
+    taken = np.array([1, 0, 0, 2])
+    got = consistent_labels(labels, taken, node_slot, 2)
+    np.testing.assert_array_equal(got, [0, 0, 0, 2])  # node 2 stays: slot 1 is full
+    assert np.bincount(taken, minlength=3)[:2].tolist() == np.bincount(labels)[:2].tolist()
+    # an idle label while a slot wants more nodes than those still to choose that served it
+    got = consistent_labels(np.array([1, 2]), np.array([0, 2]), np.array([-1, -1]), 2)
+    np.testing.assert_array_equal(got, [1, 1])

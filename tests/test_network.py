@@ -134,6 +134,8 @@ def _reference_head(
     score_node, idle_node = nodes
     width = enc.h.shape[1]
     per_node = per_node[..., :width, :]
+    if enc.plan is not None:  # the gaps to the plan: their rule is tested on its own
+        per_node = torch.cat([per_node, net._plan_gaps(enc.plan, per_node)], -1)
     w = per_node[..., 0].clamp(min=0.0)
     ctx = net.context(torch.einsum("bmk,bkh->bmh", w, enc.h) / (w.sum(-1, keepdim=True) + 1e-6))
     hidden = torch.relu(
@@ -217,6 +219,27 @@ def test_slot_scorer_gradient_is_its_derivative() -> None:
     assert torch.autograd.gradcheck(_slot_scores, inputs)
 
 
+def real_rounds(policy, seed: int, rng: np.random.Generator) -> dict[str, torch.Tensor]:
+    """The rounds, batched, of an 8-node val episode at load 2 seen through ``policy``'s
+    wrapper, random actions taken; rounds without a task are left out (their attention
+    scores sit at -1e4: see the reference block above)."""
+    from flow_predictor.wrapper import wrap
+    from mara_env.cluster_env import env
+    from mara_env.round_env import RoundEnv
+
+    k = policy.net.layout.num_slots
+    aec = env(num_nodes=8, num_slots=k, horizon=40, split="val", load=2.0)
+    view = RoundEnv(wrap(aec, policy.wrapper, policy.meta.get("wrapper_options")))
+    view.reset(seed=seed)
+    rounds = []
+    while not view.engine.finished:
+        obs = view.observe()
+        if obs["slots"][:, OCCUPIED].any():
+            rounds.append(obs)
+        view.play(rng.integers(0, k + 1, size=8))
+    return {key: torch.from_numpy(np.stack([r[key] for r in rounds])) for key in rounds[0]}
+
+
 def test_the_shipped_policy_scores_real_rounds_as_the_dense_formulation(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -224,7 +247,6 @@ def test_the_shipped_policy_scores_real_rounds_as_the_dense_formulation(
     network's teacher-forced logits, values and every weight's gradient equal those of
     the formulation its attention, scorer and critic replaced (every slot embedded and
     scored), to float32 rounding."""
-    from flow_predictor.wrapper import wrap
     from mara_agents.policy.inference import load_policy
     from mara_agents.policy.policy_file import SHIPPED_POLICY
     from mara_agents.policy.rounds import (
@@ -233,27 +255,15 @@ def test_the_shipped_policy_scores_real_rounds_as_the_dense_formulation(
         round_value,
         teacher_forced_logits,
     )
-    from mara_env.cluster_env import env
-    from mara_env.round_env import RoundEnv
 
     policy = load_policy(SHIPPED_POLICY)
     net = policy.net
     k = net.layout.num_slots
-    aec = env(num_nodes=8, num_slots=k, horizon=40, split="val", load=2.0)
-    view = RoundEnv(wrap(aec, policy.wrapper, policy.meta.get("wrapper_options")))
-    view.reset(seed=2)
     rng = np.random.default_rng(0)
-    rounds = []
-    while not view.engine.finished:
-        obs = view.observe()
-        # rounds without a task left out: their attention scores sit at -1e4 (see above)
-        if obs["slots"][:, OCCUPIED].any():
-            rounds.append(obs)
-        view.play(rng.integers(0, k + 1, size=8))
-    obs = {key: torch.from_numpy(np.stack([r[key] for r in rounds])) for key in rounds[0]}
+    obs = real_rounds(policy, 2, rng)
     actions = torch.from_numpy(rng.integers(0, k + 1, size=obs["node_slot"].shape))
     feats, mask = round_features(obs, actions, k)
-    assert len(rounds) >= 30 and (mask[..., :-1] > 0).any()
+    assert len(actions) >= 30 and (mask[..., :-1] > 0).any()
     got = teacher_forced_logits(net, obs, actions)
     with monkeypatch.context() as patch:
         patch.setattr(_SlotAttention, "forward", _reference_block)
@@ -271,3 +281,52 @@ def test_the_shipped_policy_scores_real_rounds_as_the_dense_formulation(
         # to float32 rounding of sums over thousands of terms: relative to the largest entry
         error = float((grad - want_grads[name]).abs().max() / want_grads[name].abs().max())
         assert error < 1e-4, f"{name}: {error:.2g}"
+
+
+def test_plan_gap_counts_in_nodes_and_starts_as_the_network_it_extends() -> None:
+    """On real rounds of mara_v12's wrapper (pred_share: hedge's count), a plan_gap
+    network warm-started from mara_v12 (which has none) scores every node as it does; its
+    gaps are the plan's count less the earlier choices (and less the nodes still to choose
+    that served the slot), in nodes, clipped; it needs pred_share and the round's choices.
+    The shipped policy has them."""
+    from dataclasses import replace
+
+    from mara_agents.policy.inference import load_policy
+    from mara_agents.policy.network import PLAN_GAP_LIMIT, PLAN_INDEX
+    from mara_agents.policy.policy_file import SHIPPED_POLICY
+    from mara_agents.policy.rounds import round_context, round_features, teacher_forced_logits
+
+    assert load_policy(SHIPPED_POLICY).net.config.plan_gap
+    policy = load_policy(SHIPPED_POLICY.with_name("mara_v12.pt"))
+    assert not policy.net.config.plan_gap
+    k = policy.net.layout.num_slots
+    rng = np.random.default_rng(1)
+    obs = real_rounds(policy, 3, rng)
+    actions = torch.from_numpy(rng.integers(0, k + 1, size=obs["node_slot"].shape))
+    gap = MaraNet(policy.net.layout, replace(policy.net.config, plan_gap=True))
+    gap.warm_start(policy.net.state_dict())
+    torch.testing.assert_close(
+        teacher_forced_logits(gap, obs, actions), teacher_forced_logits(policy.net, obs, actions)
+    )
+
+    feats, _ = round_features(obs, actions, k)
+    enc = gap.encode(obs["slots"])
+    count, cap = enc.plan.unbind(-1)
+    occupied = obs["slots"][..., OCCUPIED] > 0.5
+    assert (count[occupied] > 0).any() and (count[~occupied] == 0).all()
+    torch.testing.assert_close(cap[occupied], obs["slot_cap"][occupied].float())
+    torch.testing.assert_close(count, (obs["slots"][..., PLAN_INDEX] * obs["slot_cap"]).round())
+    taken = torch.nn.functional.one_hot(actions, k + 1)[..., :k]
+    chosen = taken.cumsum(1) - taken
+    pending = round_context(obs, k).pending
+    got = gap._plan_gaps(enc.plan, feats)
+    want = torch.stack([count[:, None] - chosen, count[:, None] - chosen - pending], -1)
+    want = want.float().clamp(-PLAN_GAP_LIMIT, PLAN_GAP_LIMIT)
+    real = occupied[:, None].expand_as(chosen)  # an empty slot has no cap: it reads 0
+    torch.testing.assert_close(got[real], want[real])
+    assert (got.abs() == PLAN_GAP_LIMIT).any() and (got.abs() < PLAN_GAP_LIMIT).any()
+
+    with pytest.raises(ModelError, match="pred_share"):
+        make_net(plan_gap=True)  # slot rows of the env alone
+    with pytest.raises(ModelError, match="independent"):
+        MaraNet(policy.net.layout, replace(policy.net.config, plan_gap=True, independent=True))

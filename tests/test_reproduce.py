@@ -84,6 +84,12 @@ def test_retrain_calls_the_library_from_any_directory(tmp_path, monkeypatch) -> 
         "  init_weights: not_yet.pt\n  dagger_rounds: 1\n  dagger_episodes: 1\n"
         "  dagger_epochs: 1\n"
     )
+    # a second DAgger stage from the first's export, its labels made consistent
+    labels = recipe.with_name("tiny_labels.yaml")
+    labels.write_text(
+        "base: tiny_rounds.yaml\nname: tiny_labels\npretrain:\n  dagger_labels: consistent\n"
+    )
+    rounds = [rounds, labels]
     predictor = TrainConfig(
         epochs=1, prefixes_per_trace=2, hidden=16, depth=1, cond_hidden=8, val_samples=2
     )
@@ -91,17 +97,19 @@ def test_retrain_calls_the_library_from_any_directory(tmp_path, monkeypatch) -> 
     elsewhere.mkdir()
     monkeypatch.chdir(elsewhere)
     out = tmp_path / "results"
-    finished = retrain(out, recipe, predictor, ppo_recipe=stages, dagger_recipe=rounds)
-    assert finished == out / "retrained" / "tiny_rounds.pt"
-    assert "tiny_rounds_pretrain.pt (warm start)" in load_policy(finished).meta["source"]
+    finished = retrain(out, recipe, predictor, ppo_recipe=stages, dagger_recipes=rounds)
+    assert finished == out / "retrained" / "tiny_labels.pt"
+    assert "tiny_labels_pretrain.pt (warm start)" in load_policy(finished).meta["source"]
     assert (out / "retrained" / "train" / "tiny_rounds_pretrain_dagger1.pt").is_file()
+    record = yaml.safe_load((out / "retrained" / "train" / "tiny_labels_pretrain.yaml").read_text())
+    assert record["pretrain"]["init_weights"] == str(out / "retrained" / "tiny_rounds.pt")
     policy = out / "retrained" / "tiny_more.pt"
     assert retrain(out, recipe, predictor, stages, rounds) == finished  # all reused
     policy.unlink()  # the PPO stage retrains: the rounds no longer follow from it
     with pytest.raises(ConfigError, match=r"tiny_rounds_pretrain.pt was trained from other"):
-        retrain(out, recipe, predictor, ppo_recipe=stages, dagger_recipe=rounds)
+        retrain(out, recipe, predictor, ppo_recipe=stages, dagger_recipes=rounds)
     assert policy.is_file() and finished.is_file()
-    assert retrain(out, recipe, predictor, stages, dagger_recipe=None) == policy
+    assert retrain(out, recipe, predictor, stages, dagger_recipes=()) == policy
     first = out / "retrained" / "tiny.pt"
     record = yaml.safe_load((out / "retrained" / "train" / "tiny_more" / RECORD).read_text())
     assert record["pretrain"]["init_weights"] == str(first)  # stage 2 starts from stage 1
@@ -110,17 +118,17 @@ def test_retrain_calls_the_library_from_any_directory(tmp_path, monkeypatch) -> 
     assert (out / "retrained" / "train" / "tiny_pretrain_bc.pt").is_file()
     assert "checkpoint_" in load_policy(policy).meta["source"]  # the PPO stage's export
     assert not any(elsewhere.iterdir())  # nothing written relative to the cwd
-    assert retrain(out, recipe, predictor, stages, dagger_recipe=None) == policy
+    assert retrain(out, recipe, predictor, stages, dagger_recipes=()) == policy
     first.unlink()  # stage 1 retrains, so stage 2's export no longer follows from it
     with pytest.raises(ConfigError, match=r"tiny_more.pt was trained from other weights"):
-        retrain(out, recipe, predictor, ppo_recipe=stages, dagger_recipe=None)
+        retrain(out, recipe, predictor, ppo_recipe=stages, dagger_recipes=())
     assert first.is_file() and policy.is_file()  # nothing lost
     more.write_text(more.read_text().replace("seed: 1", "seed: 2"))
     with pytest.raises(ConfigError, match=r"seed: 1 -> 2"):
-        retrain(out, recipe, predictor, stages, dagger_recipe=None)  # stale stage 2
+        retrain(out, recipe, predictor, stages, dagger_recipes=())  # stale stage 2
     recipe.write_text(recipe.read_text().replace("epochs: 1", "epochs: 2"))
     with pytest.raises(ConfigError, match=r"pretrain.epochs: 1 -> 2"):
-        retrain(out, recipe, predictor, ppo_recipe=None, dagger_recipe=None)  # stale clone
+        retrain(out, recipe, predictor, ppo_recipe=None, dagger_recipes=())  # stale clone
     with pytest.raises(ConfigError, match="needs a source checkout"):
         retrain(out, recipe=tmp_path / "missing.yaml")
 

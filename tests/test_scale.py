@@ -24,10 +24,10 @@ def shipped():
 
 
 def test_slots_grow_with_the_cluster_at_the_trained_ratio(shipped) -> None:
-    """32 slots up to the trained 16 nodes, then 2 per node (the trained ratio)."""
-    assert (shipped.net.layout.num_slots, shipped.trained_nodes) == (32, 16)
+    """64 slots up to the trained 16 nodes, then 4 per node (the trained ratio)."""
+    assert (shipped.net.layout.num_slots, shipped.trained_nodes) == (64, 16)
     got = [shipped.slots_for(n) for n in (1, 8, 16, 17, 64, 256, 512)]
-    assert got == [32, 32, 32, 34, 128, 512, 1024]
+    assert got == [64, 64, 64, 68, 256, 1024, 2048]
     assert slots_for(8, 4, 10) == 20 and slots_for(8, 4, 3) == 8
 
 
@@ -66,14 +66,14 @@ def test_every_task_a_baseline_serves_is_visible_to_the_policy(
 
 
 def test_the_trained_slot_count_hides_served_tasks_on_a_big_cluster(shipped) -> None:
-    """What the growing slots fix: 32 slots on 64 nodes hide tasks uniform share serves."""
-    hidden, _ = _served_but_hidden("uniform", 64, shipped.net.layout.num_slots)
+    """What the growing slots fix: 64 slots on 256 nodes hide tasks uniform share serves."""
+    hidden, _ = _served_but_hidden("uniform", 256, shipped.net.layout.num_slots)
     assert hidden > 0
 
 
 def test_the_agent_acts_with_the_trained_weights_on_more_slots(shipped) -> None:
-    """At N = 40 the agent acts on 80 slots with the shipped weights: each node's action
-    is the argmax of the network's logits (built for 80 slots from the same weights) given
+    """At N = 40 the agent acts on 160 slots with the shipped weights: each node's action
+    is the argmax of the network's logits (built for 160 slots from the same weights) given
     the earlier nodes' actions."""
     from mara_agents.policy.rounds import teacher_forced_logits
 
@@ -83,7 +83,7 @@ def test_the_agent_acts_with_the_trained_weights_on_more_slots(shipped) -> None:
     env.reset(seed=2)
     agent.reset(env, seed=2)
     net = agent.policy.net
-    assert net.layout.num_slots == k and agent.slots_for(16) == 32
+    assert net.layout.num_slots == k and agent.slots_for(16) == 64
     assert all(torch.equal(a, b) for a, b in zip(net.parameters(), shipped.net.parameters()))
     driver = RoundEnv(env)
     checked = 0
@@ -97,7 +97,7 @@ def test_the_agent_acts_with_the_trained_weights_on_more_slots(shipped) -> None:
         driver.play(got)
         checked += 1
     assert checked >= 12
-    small = raw_env(num_nodes=16, num_slots=32, horizon=5, traces=TRACES, split="val")
+    small = raw_env(num_nodes=16, num_slots=64, horizon=5, traces=TRACES, split="val")
     small.reset(seed=0)
     agent.reset(small, seed=0)
     assert agent.policy is shipped  # back at the trained size: the trained policy itself
@@ -117,6 +117,6 @@ def test_a_policy_off_its_trained_size_says_so_once_and_results_do_not_depend_on
     lines = [line for line in capfd.readouterr().err.splitlines() if "warning" in line]
     assert len(lines) == 2, lines  # one per run
     assert lines[0] == lines[1]
-    assert lines[0].startswith("warning: mara: policy mara_v12.pt")
-    assert "N=16 nodes with K=32 slots" in lines[0] and "N=24 nodes with K=48 slots" in lines[0]
+    assert lines[0].startswith("warning: mara: policy mara_v13.pt")
+    assert "N=16 nodes with K=64 slots" in lines[0] and "N=24 nodes with K=96 slots" in lines[0]
     assert size_note("", config.replace(num_nodes=16)) is None

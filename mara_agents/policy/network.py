@@ -19,6 +19,16 @@ The network is split the way the Multi-Agent Transformer splits encoder and deco
   operations.  An idle logit is computed from the pooled slots, the node and the
   context; masked actions get :data:`MASKED_LOGIT`.
 
+With ``plan_gap`` (observations from a wrapper whose ``pred_share`` is a planner's
+count) the head also reads, per node and slot, how many nodes the plan still wants: its
+count less the earlier nodes' choices, and less those and the nodes still to choose
+that served the task, in nodes (:data:`PLAN_GAP_LIMIT`).  The round features give the
+plan and the per-node features the choices as shares of the task's cap, so a gap of one
+node is ``1 / cap`` apart in the inputs; on a 64-node cluster, with caps of 16 to 64, a
+network reading the shares alone places a few nodes per round off its planner's
+allocation.  The gaps are computed from the observation, exactly for caps up to
+``OBS_LIMIT * CAP_SCALE`` (80) nodes, where the ``cap`` feature is clipped.
+
 :meth:`MaraNet.logits` is the node-by-node view (one flat observation per row, as the AEC
 env shows it); :mod:`mara_agents.policy.rounds` decodes a whole round with one ``encode``.  The
 critic is a separate small network on the global ``state``.
@@ -36,7 +46,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from mara_env.cluster_env import NODE_FEATURES, QUEUE_FEATURES, SLOT_FEATURES
+from flow_predictor.wrapper import PREDICTOR_FEATURES
+from mara_env.cluster_env import CAP_SCALE, NODE_FEATURES, QUEUE_FEATURES, SLOT_FEATURES
 
 # Very negative but finite: exp() underflows to exactly 0 and 0 * logit stays 0 (no NaN).
 MASKED_LOGIT = -1e9
@@ -48,6 +59,13 @@ MINE_INDEX = SLOT_FEATURES.index("is_mine")  # the slot row's "served it last ti
 # The slot features that differ between the nodes of a round, in the order of the
 # per-node feature tensors (``(..., K, 3)``) that MaraNet.head reads.
 PER_NODE_FEATURES = ("nodes_chosen", "nodes_pending", "is_mine")
+# plan_gap: the per-node gaps to the plan's count are clipped to +-PLAN_GAP_LIMIT nodes
+# (what a node decides depends on whether the plan wants one more node, not on how many).
+PLAN_GAP_LIMIT = 2.0
+# The slot row's columns of the cap and of a predictor wrapper's pred_share (after the
+# env's features).
+CAP_INDEX = SLOT_FEATURES.index("cap")
+PLAN_INDEX = len(SLOT_FEATURES) + PREDICTOR_FEATURES.index("pred_share")
 
 
 class ModelError(ValueError):
@@ -71,6 +89,9 @@ class ModelConfig:
     # Fixed prior added to the logit of the slot a node served in the last tick: a fresh
     # policy then mostly stays (a node that changes task does no work that tick).
     stay_bias: float = 0.0
+    # Read the nodes the plan (the wrapper's pred_share) still wants per slot, in nodes
+    # (see the module docstring); needs a predictor wrapper's features.
+    plan_gap: bool = False
 
 
 @dataclass(frozen=True)
@@ -173,6 +194,8 @@ class RoundEncoding(NamedTuple):
     idle_pooled: torch.Tensor  # (B, H) the pooled-slots part of the idle head's first layer
     rounds: torch.Tensor  # (P,) the round and ...
     slots: torch.Tensor  # (P,) ... the slot of each (round, slot) pair the head scores
+    # plan_gap only: per slot, the plan's count and the cap, in nodes ((B, K, 2) or None)
+    plan: torch.Tensor | None = None
 
 
 class MaraNet(nn.Module):
@@ -184,6 +207,14 @@ class MaraNet(nn.Module):
         h = config.hidden
         per_node = [SLOT_FEATURES.index(f) for f in PER_NODE_FEATURES]
         shared = [i for i in range(layout.slot_dim) if i not in per_node]
+        if config.plan_gap and layout.slot_dim <= PLAN_INDEX:
+            raise ModelError(
+                f"model.plan_gap reads the wrapper's pred_share: slot rows of "
+                f"{layout.slot_dim} features have none (expected a predictor wrapper's "
+                f"{len(SLOT_FEATURES) + len(PREDICTOR_FEATURES)})"
+            )
+        if config.plan_gap and config.independent:
+            raise ModelError("model.plan_gap reads the round's choices: not with independent")
         # index buffers, not parameters: not in the state dict
         self.register_buffer("per_node_cols", torch.tensor(per_node), persistent=False)
         self.register_buffer("shared_cols", torch.tensor(shared), persistent=False)
@@ -196,7 +227,7 @@ class MaraNet(nn.Module):
         # scorer: relu(W_s slot + W_p per_node + W_n node + W_c context) -> 1
         s = config.score_hidden
         self.score_slot = nn.Linear(h, s)
-        self.score_per_node = nn.Linear(len(per_node), s, bias=False)
+        self.score_per_node = nn.Linear(len(per_node) + 2 * config.plan_gap, s, bias=False)
         self.score_node = nn.Linear(h, s, bias=False)
         self.score_context = nn.Linear(h, s, bias=False)
         self.score_out = nn.Linear(s, 1)
@@ -241,6 +272,10 @@ class MaraNet(nn.Module):
             last = used.any(0).nonzero()
             width = int(last[-1]) + 1 if len(last) else 1
             slots, occupied = slots[:, :width], occupied[:, :width]
+        plan = None
+        if self.config.plan_gap:  # in nodes: share * cap, and cap (both whole numbers)
+            cap = slots[..., CAP_INDEX] * CAP_SCALE
+            plan = torch.stack([slots[..., PLAN_INDEX] * cap, cap], -1).round()
         if isinstance(reads, bool):
             rows = torch.full_like(occupied, reads)
         else:
@@ -260,7 +295,21 @@ class MaraNet(nn.Module):
         scored = torch.ones_like(occupied) if mask is None else mask[:, : rows.shape[1]] > 0
         rounds, slots = scored.nonzero(as_tuple=True)
         score_slot = self.score_slot(h[rounds, slots])
-        return RoundEncoding(h, score_slot, self.idle_pooled(pooled), rounds, slots)
+        return RoundEncoding(h, score_slot, self.idle_pooled(pooled), rounds, slots, plan)
+
+    def warm_start(self, state: dict[str, torch.Tensor]) -> None:
+        """Load ``state``, a state dict of this architecture or, for a ``plan_gap``
+        network, of the same one without it: the scorer's gap columns then start at 0,
+        so the network acts as the source did until it is trained."""
+        key = "score_per_node.weight"
+        mine, theirs = self.score_per_node.weight, state.get(key)
+        if (
+            self.config.plan_gap
+            and theirs is not None
+            and theirs.shape[1] == len(PER_NODE_FEATURES)
+        ):
+            state = {**state, key: torch.cat([theirs, mine.new_zeros(len(mine), 2)], 1)}
+        self.load_state_dict(state)
 
     def encode_nodes(self, node: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Node rows ``(B, M, node_dim)`` as the scorer's and idle head's node terms."""
@@ -290,6 +339,8 @@ class MaraNet(nn.Module):
             pooled = torch.bmm(w, enc.h) / (w.sum(-1, keepdim=True) + 1e-6)
             ctx = self.context(pooled)
             score_ctx, idle_ctx = self.score_context(ctx), self.idle_context(ctx)
+        if enc.plan is not None:
+            per_node = torch.cat([per_node, self._plan_gaps(enc.plan, per_node)], -1)
         rows, slots = enc.rounds, enc.slots
         inputs = (enc.score_slot, per_node[rows, :, slots], self.score_per_node.weight)
         inputs += (score_node + score_ctx, rows)
@@ -306,6 +357,16 @@ class MaraNet(nn.Module):
         if self.config.work_conserving:
             valid = torch.cat([valid[..., :-1], ~valid[..., :-1].any(-1, keepdim=True)], -1)
         return out.masked_fill(~valid, MASKED_LOGIT)
+
+    @staticmethod
+    def _plan_gaps(plan: torch.Tensor, per_node: torch.Tensor) -> torch.Tensor:
+        """The gaps ``(B, M, K, 2)`` to the plan (:attr:`RoundEncoding.plan`) of nodes with
+        ``per_node`` features ``(B, M, K, 3)``: its count less the earlier choices, and
+        less those and the nodes still to choose that served the slot, clipped."""
+        count, cap = plan[:, None, : per_node.shape[2]].unbind(-1)
+        chosen, pending = ((per_node[..., i] * cap).round() for i in (0, 1))
+        left = count - chosen
+        return torch.stack([left, left - pending], -1).clamp(-PLAN_GAP_LIMIT, PLAN_GAP_LIMIT)
 
     def logits(self, obs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """Masked logits ``(B, K + 1)`` (last = idle) for flat observations ``(B, D)``."""

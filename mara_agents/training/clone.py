@@ -53,15 +53,19 @@ class _Demonstrator:
     (as the AEC env shows it, given the earlier nodes' actions) is recorded with the
     teacher's action."""
 
-    def __init__(self, teacher: Any, layout: ObsLayout, policy: MaraNet | None) -> None:
+    def __init__(
+        self, teacher: Any, layout: ObsLayout, policy: MaraNet | None, consistent: bool = False
+    ) -> None:
         self.teacher, self.layout, self.policy = teacher, layout, policy
+        self.consistent = consistent
         self.rounds: Any = None
-        k, obs, state = layout.num_slots, layout.obs_dim, layout.obs_dim + layout.state_extra
+        k, obs = layout.num_slots, layout.obs_dim
         # each starts with no rows of its width: an episode may have no round
         self.steps: dict[str, list[np.ndarray]] = {
             "obs": [np.zeros((0, obs), np.float32)],
             "mask": [np.zeros((0, k + 1), np.int8)],
-            "state": [np.zeros((0, state), np.float32)],
+            # a node's state is its observation and the queue: only the queue is kept
+            "queue": [np.zeros((0, layout.state_extra), np.float32)],
             "action": [np.zeros(0, np.int64)],
             "taken": [np.zeros(0, np.int64)],
         }
@@ -88,16 +92,50 @@ class _Demonstrator:
         steps = self.steps
         steps["obs"].append(flat.numpy())
         steps["mask"].append(mask[0].numpy())
-        steps["state"].append(torch.cat([flat, obs["queue"].expand(len(flat), -1)], -1).numpy())
+        steps["queue"].append(obs["queue"].expand(len(flat), -1).numpy())
+        if self.consistent and self.policy is not None:
+            labels = consistent_labels(
+                labels, taken[0].numpy(), obs["node_slot"][0].numpy(), self.layout.num_slots
+            )
         steps["action"].append(labels)
         steps["taken"].append(taken[0].numpy())
         return steps["taken"][-1]
 
 
+def consistent_labels(
+    labels: np.ndarray, taken: np.ndarray, node_slot: np.ndarray, k: int
+) -> np.ndarray:
+    """The teacher's round-start ``labels`` ``(N,)`` (slot, or ``k`` for idle) made
+    consistent with the actions the clone ``taken`` before each node.  A node keeps its
+    label unless the earlier nodes already gave that slot all the nodes the teacher's
+    allocation gives it, or the label is idle while a slot wants more nodes than the
+    later nodes' labels bring it.  Then it stays on the slot it served (``node_slot``,
+    ``-1``: none) if that one still wants nodes, else goes to the slot short of the most,
+    else idles.  Without a deviation before it a node keeps its label, so a clone that
+    follows the labels realises the teacher's allocation."""
+    want = np.bincount(labels, minlength=k + 1)[:k]
+    chosen = np.zeros(k, np.int64)
+    later = want.copy()  # per slot, the labels of this node and the ones after it
+    out = labels.copy()
+    for i, (label, mine, act) in enumerate(zip(labels, node_slot, taken, strict=True)):
+        if label < k:
+            later[label] -= 1
+        short = want - chosen - later  # what the later labels leave unfilled
+        if (label < k and chosen[label] >= want[label]) or (label == k and short.max() > 0):
+            if mine >= 0 and chosen[mine] < want[mine]:
+                out[i] = mine
+            else:
+                out[i] = int(short.argmax()) if short.max() > 0 else k
+        if act < k:
+            chosen[act] += 1
+    return out
+
+
 def collect_demonstrations(
     exp: Experiment, seeds: Sequence[int], policy: MaraNet | None = None
 ) -> dict[str, np.ndarray]:
-    """Per-step obs, the teacher's actions and returns-to-go from an env episode per seed,
+    """Per-step obs, queue summary (the rest of a node's state), the teacher's actions and
+    returns-to-go from an env episode per seed,
     played by the harness's episode loop (:func:`mara_env.round_env.play_episode`).
 
     Without ``policy`` the teacher (``exp.pretrain.scheduler``) acts; with one (DAgger)
@@ -111,7 +149,9 @@ def collect_demonstrations(
     env = make_wrapped_env(exp.env_config())
     layout = env_layout(env)
     # The spec was checked when the experiment was parsed.
-    agent = _Demonstrator(SchedulerAgent(make_scheduler(exp.pretrain.scheduler)), layout, policy)
+    teacher = SchedulerAgent(make_scheduler(exp.pretrain.scheduler))
+    consistent = exp.pretrain.dagger_labels == "consistent"
+    agent = _Demonstrator(teacher, layout, policy, consistent)
     targets = []
     for seed in seeds:
         rewards = play_episode(agent, env, seed)
@@ -121,7 +161,7 @@ def collect_demonstrations(
     data = {
         "obs": steps["obs"].astype(np.float32),
         "mask": steps["mask"].astype(np.float32),
-        "state": steps["state"].astype(np.float32),
+        "queue": steps["queue"].astype(np.float32),
         "action": steps["action"].astype(np.int64),
         "return": np.concatenate(targets).astype(np.float32),
     }
@@ -164,7 +204,8 @@ def _fit(
                     loss = torch.nn.functional.cross_entropy(logits[ok], target[ok])
                 correct += int((logits.argmax(-1) == target).sum())
             if epoch < value_epochs:
-                err = (net.value(t["state"][idx]) - t["return"][idx]) / net.config.value_scale
+                state = torch.cat([t["obs"][idx], t["queue"][idx]], -1)
+                err = (net.value(state) - t["return"][idx]) / net.config.value_scale
                 loss = loss + 0.5 * (err**2).mean()
             opt.zero_grad()
             loss.backward()
@@ -211,7 +252,7 @@ def pretrain(exp: Experiment, out: Path, log: Any = None, resume: bool = False) 
     torch.manual_seed(exp.seed)
     net = MaraNet(layout, model_config_from(exp.model))
     if cfg.init_weights:
-        net.load_state_dict(warm_start_weights(cfg.init_weights))
+        net.warm_start(warm_start_weights(cfg.init_weights))
         log(f"pretrain: DAgger from {cfg.init_weights}")
     out.parent.mkdir(parents=True, exist_ok=True)
 

@@ -103,6 +103,10 @@ class PretrainConfig:
     dagger_rounds: int = 0
     dagger_episodes: int = 30  # episodes the clone drives per round
     dagger_epochs: int = 4  # passes over all data after each round
+    # What a DAgger round labels a node with: the teacher's action for it in the round's
+    # start state ("round_start"), or that action made consistent with the nodes before
+    # it, which the clone moved ("consistent": see clone.consistent_labels).
+    dagger_labels: str = "round_start"
     # Start from these weights instead of cloning: a MaraNet state dict (a clone such as
     # runs/mara_pretrain.pt) or a policy file (`mara export`; its critic comes with it).
     # With dagger_rounds > 0 (and episodes 0) the DAgger rounds continue from them: the
@@ -119,6 +123,7 @@ class PretrainConfig:
 # PPO's advantage estimators: RLlib's GAE with the critic, or a group-relative baseline of
 # episodes that share a workload (mara_agents.training.group): returns, or GAE advantages, compared.
 ESTIMATORS = ("gae", "group", "group_gae")
+DAGGER_LABELS = ("round_start", "consistent")
 
 
 @dataclass(frozen=True)
@@ -214,6 +219,7 @@ PRETRAIN_BOUNDS = {
     "dagger_rounds": COUNT,
     "dagger_episodes": POSITIVE_INT,
     "dagger_epochs": POSITIVE_INT,
+    "dagger_labels": one_of(DAGGER_LABELS),
 }
 CHECKPOINT_BOUNDS = {"frequency": COUNT, "keep": POSITIVE_INT}
 ADVANTAGE_BOUNDS = {

@@ -44,7 +44,7 @@ def _build_net(module: TorchRLModule, layout: ObsLayout) -> MaraNet:
     net = MaraNet(layout, model_config_from(module.model_config))
     init = (module.model_config or {}).get("init_weights")
     if init:
-        net.load_state_dict(warm_start_weights(init))
+        net.warm_start(warm_start_weights(init))
     return net
 
 
