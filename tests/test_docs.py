@@ -129,22 +129,26 @@ def test_quoted_ids_sample_counts_and_file_names_are_the_codes():
 
 
 def test_quoted_slot_and_node_counts_are_the_shipped_policys_and_the_experiments():
-    """K and N as the docs quote them: the shipped policy's layout and env, which are
-    experiments/mara.yaml's."""
+    """K and N as the docs quote them: the shipped policy's layout and env, which are its
+    recipe's last stage's; the first stages' K, which is experiments/mara.yaml's."""
     torch = pytest.importorskip("torch")
     import yaml
 
     from mara_agents.policy.policy_file import SHIPPED_POLICY
+    from mara_agents.reproduce import DAGGER_RECIPES
+    from mara_agents.training.experiment import load_experiment
 
     header = torch.load(SHIPPED_POLICY, map_location="cpu", weights_only=True)
-    env = yaml.safe_load((ROOT / "experiments" / "mara.yaml").read_text())["env"]
+    last = load_experiment(DAGGER_RECIPES[-1]).env
     slots, nodes = header["layout"]["num_slots"], header["env"]["num_nodes"]
-    assert (env["num_slots"], env["num_nodes"]) == (slots, nodes)
+    assert (last.num_slots, last.num_nodes) == (slots, nodes)
     pairs = _quoted("docs/architecture.md", r"K = (\d+) slots for N = (\d+) nodes")
     pairs += _quoted("docs/training.md", r"\*(\d+) slots for (\d+) nodes\.\*")
     assert {(int(k), int(n)) for k, n in pairs} == {(slots, nodes)}
-    counts = _quoted("docs/training.md", r"(\d+) visible slots")
-    counts += _quoted("docs/training.md", r"`mara\.yaml` \|[^|\n]*?(\d+) slots")
-    counts += _quoted("docs/results.md", r"The policy sees (\d+) task slots")
+    counts = _quoted("docs/results.md", r"The policy sees (\d+) task slots")
     counts += _quoted("docs/reproduce.md", r"(\d+) slots\)")
     assert {int(k) for k in counts} == {slots}
+    first = yaml.safe_load((ROOT / "experiments" / "mara.yaml").read_text())["env"]
+    counts = _quoted("docs/training.md", r"(\d+) visible slots")
+    counts += _quoted("docs/training.md", r"`mara\.yaml` \|[^|\n]*?(\d+) slots")
+    assert {int(k) for k in counts} == {first["num_slots"]} and first["num_nodes"] == nodes

@@ -36,7 +36,7 @@ def _served_but_hidden(scheduler: str, nodes: int, slots: int) -> tuple[int, int
     returns the (task, tick) pairs it gives a node while the task is in no visible slot,
     and the most active tasks hidden beyond the slots at a tick."""
     config = ClusterConfig(
-        num_nodes=nodes, num_slots=slots, load=8.0, horizon=20, traces=TRACES, split="train"
+        num_nodes=nodes, num_slots=slots, load=16.0, horizon=40, traces=TRACES, split="train"
     )
     env = raw_env(config=config)
     env.reset(seed=0)
