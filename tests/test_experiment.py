@@ -302,6 +302,12 @@ def test_base_errors_name_the_file_and_key(tmp_path: Path) -> None:
         ({"model": {"hidden": 30, "heads": 4}}, ["model.heads=4", "divisor", "hidden=30"]),
         ({"model": {"value_scale": 0}}, ["model.value_scale=0", "positive number"]),
         ({"model": {"independent": "yes"}}, ["model.independent='yes'", "true or false"]),
+        ({"model": {"plan_gap": True}}, ["model.plan_gap", "predictor wrapper", "'none'"]),
+        (
+            {"wrapper": "flow", "model": {"plan_gap": True, "independent": True}},
+            ["model.plan_gap", "independent: false"],
+        ),
+        ({"pretrain": {"dagger_labels": "mine"}}, ["dagger_labels='mine'", "consistent"]),
         ({"rllib": {"training": {"num_epochs": -3}}}, ["rllib.training.num_epochs=-3"]),
         ({"rllib": {"training": {"lambda_": 1.5}}}, ["lambda_=1.5", "[0, 1]"]),
         ({"rllib": {"training": {"use_gae": "no"}}}, ["use_gae='no'", "true or false"]),
