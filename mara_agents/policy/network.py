@@ -94,6 +94,17 @@ class ModelConfig:
     plan_gap: bool = False
 
 
+def plan_gap_conflict(config: ModelConfig, has_plan: bool) -> str | None:
+    """Why ``config`` cannot be built on observations with (``has_plan``: a predictor
+    wrapper's ``pred_share``) or without one, or ``None``: ``plan_gap`` reads that
+    column and the round's earlier choices."""
+    if config.plan_gap and not has_plan:
+        return "model.plan_gap reads the wrapper's pred_share: expected a predictor wrapper"
+    if config.plan_gap and config.independent:
+        return "model.plan_gap reads the round's choices: expected independent: false"
+    return None
+
+
 @dataclass(frozen=True)
 class ObsLayout:
     """How a flat observation splits: node features, then ``num_slots`` rows of slot features."""
@@ -207,14 +218,9 @@ class MaraNet(nn.Module):
         h = config.hidden
         per_node = [SLOT_FEATURES.index(f) for f in PER_NODE_FEATURES]
         shared = [i for i in range(layout.slot_dim) if i not in per_node]
-        if config.plan_gap and layout.slot_dim <= PLAN_INDEX:
-            raise ModelError(
-                f"model.plan_gap reads the wrapper's pred_share: slot rows of "
-                f"{layout.slot_dim} features have none (expected a predictor wrapper's "
-                f"{len(SLOT_FEATURES) + len(PREDICTOR_FEATURES)})"
-            )
-        if config.plan_gap and config.independent:
-            raise ModelError("model.plan_gap reads the round's choices: not with independent")
+        conflict = plan_gap_conflict(config, layout.slot_dim > PLAN_INDEX)
+        if conflict:
+            raise ModelError(f"{conflict} (slot rows of {layout.slot_dim} features)")
         # index buffers, not parameters: not in the state dict
         self.register_buffer("per_node_cols", torch.tensor(per_node), persistent=False)
         self.register_buffer("shared_cols", torch.tensor(shared), persistent=False)

@@ -446,12 +446,11 @@ def parse_experiment(data: Any, where: str = "experiment") -> Experiment:
             f"{where}: model.heads={model.heads}: expected a divisor of "
             f"model.hidden={model.hidden} (each attention head gets hidden / heads features)"
         )
-    if model.plan_gap and (wrapper == "none" or model.independent):
-        raise ConfigError(
-            f"{where}: model.plan_gap reads the wrapper's pred_share and the round's "
-            f"choices; expected a predictor wrapper (got wrapper={wrapper!r}) and "
-            f"independent: false (got {model.independent})"
-        )
+    from mara_agents.policy.network import plan_gap_conflict
+
+    conflict = plan_gap_conflict(model, wrapper != "none")
+    if conflict:
+        raise ConfigError(f"{where}: {conflict} (wrapper={wrapper!r})")
     try:
         env = ClusterConfig.from_dict(data["env"], where=f"{where}: env")
     except ConfigError as e:
