@@ -23,6 +23,7 @@ class HedgeParams:
     explore: int = 0  # nodes for a task not yet predicted (0: uniform share, as LARA)
     tail: float = 0.0  # flow samples past its horizon: up to this times it (0: never)
     flow_spread: float = 2.0  # flow+deadline: the flow model's log spread times this
+    quantiles: int = 256  # flow+deadline, deadline: evenly spaced quantiles the chances read
 
     def to_dict(self) -> dict[str, float | int]:
         """Plain values (for a policy file's header)."""
@@ -34,12 +35,14 @@ class HedgeParams:
             "explore": (lambda v: v >= 0 and float(v).is_integer(), "a whole number >= 0 of nodes"),
             "tail": (lambda v: v == 0 or v >= 1, "0 (never) or a factor >= 1"),
             "flow_spread": (lambda v: 0 < v < float("inf"), "a factor > 0"),
+            "quantiles": (lambda v: v >= 1 and float(v).is_integer(), "a whole number >= 1"),
         }
         for key, (ok, what) in checks.items():
             value = getattr(self, key)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not ok(value):
                 raise ValueError(f"hedge: {key}={value!r}; expected {what}")
         object.__setattr__(self, "explore", int(self.explore))
+        object.__setattr__(self, "quantiles", int(self.quantiles))
 
 
 DEFAULTS = HedgeParams()

@@ -143,8 +143,10 @@ class PredictorFeatures(BaseWrapper):
         self._source: PredictionCache | DeadlineInformed = self._predictions
         if settings.deadline_prior:
             prior = DeadlinePrior(np.asarray(settings.deadline_prior), {})
-            spread = (settings.planner or HedgeParams()).flow_spread
-            self._source = DeadlineInformed(prior, self._predictions, settings.samples, spread)
+            planner = settings.planner or HedgeParams()
+            self._source = DeadlineInformed(
+                prior, self._predictions, planner.quantiles, planner.flow_spread
+            )
         engine = self._engine = env.unwrapped.engine  # persists across resets
         base = engine.observation_space
         self.num_slots = engine.config.num_slots

@@ -131,6 +131,8 @@ def test_whole_episodes_are_valid_and_deterministic(spec, episode_setup) -> None
         ("hedge:explore=2.5", "expected int"),
         ("hedge:margin=0.1", "unknown parameter 'margin'"),
         ("hedge:flow_spread=0", "flow_spread=0"),
+        ("hedge:quantiles=0", "quantiles=0"),
+        ("hedge:quantiles=2.5", "expected int"),
         ("hedge:predictor=flow:prior=p.json", "predictor='flow' uses none"),
         ("hedge:prior=/no/such/prior.json", "/no/such/prior.json: no such file"),
     ],
@@ -139,6 +141,23 @@ def test_bad_options_are_one_line_errors(spec, words) -> None:
     with pytest.raises(SpecError) as err:
         make_scheduler(spec)
     assert words in str(err.value) and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("quantiles", [8, 256])
+def test_the_deadline_informed_distribution_is_read_as_evenly_spaced_quantiles(
+    quantiles,
+    episode_setup,  # noqa: F811
+) -> None:
+    cfg, traces = episode_setup
+    scheduler = make_scheduler(f"hedge:predictor=deadline:quantiles={quantiles}")
+    sim = ClusterSim(cfg, traces)
+    sim.reset(np.random.default_rng(3))
+    scheduler.reset(sim, np.random.default_rng([3, 1]))
+    while not (sim.status == 1).any():
+        sim.tick(scheduler.assign(sim))
+    samples = scheduler.predictions(sim, np.flatnonzero(sim.status == 1)).samples
+    assert samples.shape[1] == quantiles
+    assert (np.diff(samples, axis=1) >= 0).all()  # sorted: the quantiles, in order
 
 
 FALSE = np.zeros(2, bool)

@@ -229,7 +229,9 @@ def real_rounds(policy, seed: int, rng: np.random.Generator) -> dict[str, torch.
 
     k = policy.net.layout.num_slots
     aec = env(num_nodes=8, num_slots=k, horizon=40, split="val", load=2.0)
-    view = RoundEnv(wrap(aec, policy.wrapper, policy.meta.get("wrapper_options")))
+    view = RoundEnv(
+        wrap(aec, policy.wrapper, policy.meta.get("wrapper_options"), settings=policy.features)
+    )
     view.reset(seed=seed)
     rounds = []
     while not view.engine.finished:

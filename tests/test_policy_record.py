@@ -37,6 +37,9 @@ def test_the_shipped_policy_records_what_it_was_trained_with_and_loads_silently(
     assert policy.meta["flow_share"] == DEFAULTS.to_dict()
     digest = hashlib.sha256(SHIPPED_CHECKPOINT.read_bytes()).hexdigest()
     assert policy.meta["predictor_sha256"] == digest
+    from flow_predictor.hedge_rule import DEFAULTS as HEDGE
+
+    assert policy.features.planner == HEDGE  # MARA reads the plan the `hedge` baseline makes
 
 
 def test_save_policy_writes_the_record(tmp_path):
@@ -121,6 +124,10 @@ def test_a_flow_deadline_policy_records_and_acts_with_its_prior_and_planner(tmp_
     policy = load_policy(path)
     assert policy.features.deadline_prior[0] == pytest.approx(data["deadline_prior"][0])
     assert policy.features.planner == HEDGE
+    # a file written before the planner had its own quantile count read the flow samples'
+    data["hedge"].pop("quantiles")
+    torch.save(data, path)
+    assert load_policy(path).features.planner.quantiles == data["flow_samples"]
     data.pop("deadline_prior")
     torch.save(data, path)
     with pytest.raises(PolicyFileError) as err:

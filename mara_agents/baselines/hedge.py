@@ -6,7 +6,9 @@ distribution (``predictor``) is by default the flow model's samples fused with w
 task's deadline says about its size (:mod:`flow_predictor.deadline_prior`: users set
 deadlines from their own estimate of a job's size, so the deadline is a noisy size
 estimate from arrival on); ``flow`` is the flow model alone, ``deadline`` the deadline
-prior alone.  Each tick, for the active tasks in earliest-deadline order:
+prior alone.  A deadline-informed distribution is read as ``quantiles`` (256) evenly spaced
+quantiles, so a chance is resolved to 1/256 (the flow model alone: its 32 draws).  Each
+tick, for the active tasks in earliest-deadline order:
 
 1. **Explore.** A task the predictor cannot predict yet (``predictor=flow``: fewer than
    :data:`~flow_predictor.remaining.MIN_REPORTS` reports; the deadline prior predicts
@@ -134,8 +136,8 @@ class Hedge(Scheduler):
     alone; needs the ``[predictor]`` extra), ``"deadline"`` (the deadline prior alone), or
     ``"oracle"``/``"exact"`` (each task's exact remaining work: the same planner on a
     degenerate distribution).  ``prior``: a deadline-prior JSON file (default: the shipped
-    one, fitted on the train split).  ``confidence``, ``explore``, ``tail``, ``flow_spread``:
-    see :class:`HedgeParams` (None: its default).
+    one, fitted on the train split).  ``confidence``, ``explore``, ``tail``, ``flow_spread``,
+    ``quantiles``: see :class:`HedgeParams` (None: its default).
     """
 
     name = "hedge"
@@ -147,6 +149,7 @@ class Hedge(Scheduler):
         explore: int | None = None,
         tail: float | None = None,
         flow_spread: float | None = None,
+        quantiles: int | None = None,
         prior: str | None = None,
     ) -> None:
         if predictor not in PREDICTORS:
@@ -156,6 +159,7 @@ class Hedge(Scheduler):
             "explore": explore,
             "tail": tail,
             "flow_spread": flow_spread,
+            "quantiles": quantiles,
         }
         self.params = HedgeParams(**{k: v for k, v in given.items() if v is not None})
         if "flow" in predictor:
@@ -191,7 +195,7 @@ class Hedge(Scheduler):
                 return CensoredFlow(cache, FUTURE_RATIOS[-1], self.params.tail)
         from flow_predictor.deadline_prior import DeadlineInformed
 
-        return DeadlineInformed(self.prior, cache, FLOW_SAMPLES, self.params.flow_spread)
+        return DeadlineInformed(self.prior, cache, self.params.quantiles, self.params.flow_spread)
 
     def reset(self, sim: ClusterSim, rng: np.random.Generator) -> None:
         super().reset(sim, rng)

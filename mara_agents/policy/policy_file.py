@@ -58,7 +58,7 @@ FORMAT = "mara-policy"
 # 3: MaraNet encodes the slots once per round and adds the per-node features in its head
 # (v2 weights belong to the network that encoded the slots per node).
 VERSION = 3
-SHIPPED_POLICY = Path(__file__).parent / "shipped" / "mara_v13.pt"
+SHIPPED_POLICY = Path(__file__).parent / "shipped" / "mara_v14.pt"
 REQUIRED_KEYS = ("layout", "model", "wrapper", "state_dict")
 # the wrappers whose features come from the flow checkpoint (its digest is recorded)
 FLOW_WRAPPERS = ("flow", FLOW_DEADLINE)
@@ -156,7 +156,8 @@ def feature_settings_of(path: str | Path, data: dict[str, Any]) -> FeatureSettin
         return FeatureSettings(rule=rule, samples=samples)
     hedge, prior = data.get("hedge"), data.get("deadline_prior")
     try:  # a flow+deadline policy acts with the planner and the prior it was trained with
-        planner = HedgeParams(**hedge)
+        # files written before the planner had its own quantile count: the flow samples
+        planner = HedgeParams(**{"quantiles": samples, **hedge})
         deadline_prior = DeadlinePrior(np.asarray(prior, np.float64), {}).log_ratios
     except (TypeError, ValueError) as exc:
         raise PolicyFileError(
