@@ -102,7 +102,8 @@ class FeatureSettings:
     and the flow samples per task (``samples``, flow wrapper only).  With
     ``deadline_prior`` (a :class:`~flow_predictor.deadline_prior.DeadlinePrior`'s log
     ratios: the ``flow+deadline`` wrapper) every feature reads the flow samples fused with
-    the prior, and ``pred_share`` is the hedge planner's count
+    the prior (as ``planner.quantiles`` evenly spaced quantiles, as the planner reads
+    them), and ``pred_share`` is the hedge planner's count
     (:func:`~flow_predictor.hedge_rule.plan_counts` with ``planner``) instead of the share
     rule's.  A policy file records them (header keys ``flow_share``, ``flow_samples``,
     ``hedge`` and ``deadline_prior``) and acts with them."""
