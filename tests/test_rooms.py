@@ -4,7 +4,7 @@ that bring ray (live's trainers and workers need torch only, its job files, jour
 cluster book-keeping neither).
 
 Each room's every module is imported in a fresh interpreter; the modules it must not load
-are then looked for in ``sys.modules`` (as ``tests/test_env.py`` guards ``mara_env``).
+are then looked for in ``sys.modules`` (as ``tests/env/test_env.py`` guards ``mara_env``).
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ import yaml
 from mara_agents.training.experiment import Experiment, load_experiment, parse_experiment
 from mara_env.config import ConfigError
 
-EXPERIMENTS = sorted((Path(__file__).parents[1] / "experiments").glob("mara*.yaml"))
+EXPERIMENTS = sorted((Path(__file__).parents[3] / "experiments").glob("mara*.yaml"))
 MINIMAL = {"name": "t", "env": {"num_nodes": 4, "num_slots": 3}}
 
 
@@ -164,13 +164,13 @@ def test_init_weights_is_one_warm_start_and_must_exist(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="no.pt.*no such file"):
         train(exp, out=tmp_path / "runs")
     assert not ray.is_initialized() and not (tmp_path / "runs").exists()
-    finetune = Path(__file__).parents[1] / "experiments" / "mara_finetune.yaml"
+    finetune = Path(__file__).parents[3] / "experiments" / "mara_finetune.yaml"
     assert load_experiment(finetune).pretrain.init_weights
 
 
 # ---- base files ------------------------------------------------------------------------------
 def load(name: str) -> Experiment:
-    return load_experiment(Path(__file__).parents[1] / "experiments" / f"{name}.yaml")
+    return load_experiment(Path(__file__).parents[3] / "experiments" / f"{name}.yaml")
 
 
 def test_ablation_files_hold_only_their_difference_from_their_base() -> None:
@@ -245,7 +245,7 @@ def test_ablation_files_hold_only_their_difference_from_their_base() -> None:
         ("mara_scratch", "mara"),
         ("mara_node", "mara"),
     ]:
-        text = (Path(__file__).parents[1] / "experiments" / f"{name}.yaml").read_text()
+        text = (Path(__file__).parents[3] / "experiments" / f"{name}.yaml").read_text()
         assert f"base: {base}.yaml" in text and len(text.splitlines()) < 30
 
 

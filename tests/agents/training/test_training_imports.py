@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 # Runs in a fresh interpreter whose imports of ray fail as if it were not installed.
 CLONE_WITHOUT_RAY = """
 import sys

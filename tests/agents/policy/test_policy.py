@@ -22,9 +22,9 @@ from mara_agents.policy.policy_file import (
     PolicyFileError,
     save_policy,
 )
-from tests.test_network import K, make_net, random_batch
+from tests.agents.policy.test_network import K, make_net, random_batch
 
-ROOT = Path(__file__).parents[1]
+ROOT = Path(__file__).parents[3]
 
 
 @pytest.fixture
@@ -275,7 +275,7 @@ def test_a_policy_of_another_scorer_width_is_evaluated_through_the_harness(tmp_p
 # (completed, expired, reassignments, wasted node-ticks) of the shipped policy (mara_v14)
 # on val episodes 0-2 of `mara evaluate` at loads 1 and 2 (N = 16), as it decided when it
 # was shipped. A decision can flip on another CPU where the flow features round
-# differently in the last bit (see tests/test_flow_compiled.py): completions and expiries
+# differently in the last bit (see tests/predictor/test_flow_compiled.py): completions and expiries
 # are pinned exactly, the counts of moves within 3 %.
 SHIPPED_EPISODES = {
     1.0: [(46, 4, 227, 271), (44, 6, 240, 387), (47, 6, 263, 428)],

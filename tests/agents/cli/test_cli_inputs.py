@@ -326,7 +326,7 @@ def test_export_refuses_a_missing_checkpoint_and_an_unwritable_out(tmp_path, cap
 )
 def test_export_of_a_file_of_another_kind_says_what_it_is(tmp_path, capsys, path, kind):
     pytest.importorskip("ray")
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[3]
     out = tmp_path / "x.pt"
     argv = ["export", str(root / path), "--experiment", str(root / "experiments" / "mara.yaml")]
     refused([*argv, "--out", str(out)], capsys, path, kind)
@@ -356,12 +356,12 @@ class Knobs(Scheduler):
 def test_scheduler_spec_values_take_their_annotated_types():
     from mara_agents.evaluation.registry import SpecError, make_scheduler
 
-    knobs = make_scheduler("tests.test_cli_inputs.Knobs:on=true:label=7:rate=2")
+    knobs = make_scheduler("tests.agents.cli.test_cli_inputs.Knobs:on=true:label=7:rate=2")
     assert (knobs.on, knobs.label, knobs.rate) == (True, "7", 2)
     with pytest.raises(SpecError, match=r"on='yes'; expected bool$"):
-        make_scheduler("tests.test_cli_inputs.Knobs:on=yes")
+        make_scheduler("tests.agents.cli.test_cli_inputs.Knobs:on=yes")
     with pytest.raises(SpecError, match=r"rate='fast'; expected float$"):
-        make_scheduler("tests.test_cli_inputs.Knobs:rate=fast")
+        make_scheduler("tests.agents.cli.test_cli_inputs.Knobs:rate=fast")
     assert make_scheduler("lara:margin=0").work.margin == 0
 
 
@@ -379,7 +379,7 @@ def test_only_plain_mara_is_an_alias():
 @pytest.mark.parametrize("verbose", ["9", "-1"])
 def test_train_refuses_a_verbosity_tune_does_not_have(tmp_path, capsys, verbose):
     pytest.importorskip("ray")
-    smoke = Path(__file__).resolve().parents[1] / "experiments" / "mara_smoke.yaml"
+    smoke = Path(__file__).resolve().parents[3] / "experiments" / "mara_smoke.yaml"
     argv = ["train", str(smoke), "--out", str(tmp_path / "runs"), "--verbose", verbose]
     refused(argv, capsys, f"--verbose {verbose}", "0-3")
     assert list(tmp_path.iterdir()) == []

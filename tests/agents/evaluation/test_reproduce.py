@@ -12,7 +12,7 @@ import yaml
 from mara_env.config import ConfigError
 from tests.conftest import SMALL
 
-ROOT = Path(__file__).parents[1]
+ROOT = Path(__file__).parents[3]
 PACKAGES = ("mara_env", "mara_agents", "flow_predictor", "mara_traces")
 
 

@@ -147,7 +147,7 @@ def test_cli_rejects_unknown_scheduler(command, tmp_path, capsys) -> None:
     assert "unknown scheduler 'nope'" in err and "lara" in err and "oracle" in err
 
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 
 
 def test_own_scheduler_by_import_path(config, monkeypatch, tmp_path, capsys) -> None:

@@ -15,7 +15,7 @@ import yaml
 from mara_agents.training.experiment import load_experiment
 from tests.conftest import SMALL
 
-ROOT = Path(__file__).parents[1]
+ROOT = Path(__file__).parents[3]
 SMOKE = ROOT / "experiments" / "mara_smoke.yaml"
 
 

@@ -40,7 +40,7 @@ def test_evaluation_on_a_two_node_cluster_matches_local(cluster, tmp_path):
 def test_smoke_training_on_a_two_node_cluster(cluster, tmp_path):
     from mara_agents.training.experiment import load_experiment
     from mara_agents.training.train import train
-    from tests.test_train import smoke_yaml
+    from tests.agents.training.test_train import smoke_yaml
 
     exp = load_experiment(smoke_yaml(tmp_path))
     # the algorithm takes the head's CPU, the env runner has to go to the other node

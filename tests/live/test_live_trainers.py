@@ -22,7 +22,7 @@ from mara_agents.live.trainers import (
     trainer_config,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 # Steps of the learning check, and the fraction of its start loss a trainer must get below.
 LEARNS = {"tabular": (100, 0.4), "vision": (150, 0.5), "lm": (150, 0.6), "rl": (100, 0.6)}
 
@@ -159,7 +159,7 @@ def test_held_out_loss_falls(name: str) -> None:
 
 
 def test_a_users_trainer_by_import_path() -> None:
-    trainer = make_trainer("tests.test_live_trainers:SmallTabular", {"width": 4}, seed=0)
+    trainer = make_trainer("tests.live.test_live_trainers:SmallTabular", {"width": 4}, seed=0)
     assert isinstance(trainer, SmallTabular) and trainer.config.width == 4
     before = trainer.evaluate()
     for _ in range(30):
@@ -190,7 +190,7 @@ def test_defaults_are_one_dataclass_per_trainer() -> None:
         ("no_such_pkg.mod:Trainer", {}, r"cannot import 'no_such_pkg.mod'"),
         ("mara_traces.common:Nope", {}, r"module 'mara_traces.common' has no class 'Nope'"),
         ("json:JSONDecoder", {}, r"trainer 'json:JSONDecoder' needs a dataclass 'Config'"),
-        ("tests.test_live_trainers:NotATrainer", {}, r"lacks the Trainer methods \['shard_l"),
+        ("tests.live.test_live_trainers:NotATrainer", {}, r"lacks the Trainer methods \['shard_l"),
     ],
 )
 def test_bad_names_and_params_say_which(name: str, params: dict, match: str) -> None:

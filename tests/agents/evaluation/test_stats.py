@@ -19,7 +19,7 @@ from mara_agents.evaluation.stats import (
 )
 from mara_env.config import ClusterConfig
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture

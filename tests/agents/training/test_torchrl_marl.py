@@ -79,7 +79,7 @@ def test_the_command_line_names_bad_settings(argv, message):
 
 
 def test_the_curve_plot_draws_the_shipped_runs(tmp_path):
-    runs = sorted((Path(__file__).resolve().parents[1] / "docs" / "data" / "marl_60min").iterdir())
+    runs = sorted((Path(__file__).resolve().parents[3] / "docs" / "data" / "marl_60min").iterdir())
     out = tmp_path / "curves.png"
     proc = run_script("examples/plot_marl_curves.py", *map(str, runs), "--out", str(out))
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -139,7 +139,7 @@ def test_group_training_runs_whole_episodes_in_groups(tmp_path: Path, estimator:
     from mara_agents.training.experiment import load_experiment
     from mara_agents.training.ppo import build_config
 
-    data = yaml.safe_load((Path(__file__).parents[1] / "experiments/mara_smoke.yaml").read_text())
+    data = yaml.safe_load((Path(__file__).parents[3] / "experiments/mara_smoke.yaml").read_text())
     data["env"].update(traces=SMALL["traces"], split=SMALL["split"])
     data.update(view="round", advantage={"estimator": estimator, "group_size": 2})
     data["rllib"]["env_runners"]["num_envs_per_env_runner"] = 4

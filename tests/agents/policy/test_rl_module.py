@@ -18,7 +18,7 @@ from mara_agents.policy.network import MaraNet, ModelConfig, ObsLayout
 from mara_agents.training.export import export_checkpoint
 from mara_agents.training.rl_module import MaraRLModule
 from mara_env.config import ConfigError
-from tests.test_network import NODE, SLOT, K, random_batch
+from tests.agents.policy.test_network import NODE, SLOT, K, random_batch
 
 
 def obs_space(slot_dim: int = SLOT, k: int = K) -> spaces.Dict:

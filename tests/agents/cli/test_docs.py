@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 DOCS = sorted(
     [ROOT / "README.md", ROOT / "benchmarks" / "README.md", ROOT / "examples" / "README.md"]
     + list((ROOT / "docs").glob("*.md"))
@@ -97,7 +97,7 @@ def _quoted(doc: str, pattern: str) -> list:
     """Every match of ``pattern`` in ``doc`` (a path under the repository), by its groups;
     a claim the docs no longer make fails here, so the table below stays in step."""
     found = re.findall(pattern, (ROOT / doc).read_text())
-    assert found, f"{doc} no longer quotes {pattern!r}: update the claims in tests/test_docs.py"
+    assert found, f"{doc} no longer quotes {pattern!r}: update the claims in tests/agents/cli/test_docs.py"
     return found
 
 

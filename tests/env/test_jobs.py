@@ -322,7 +322,7 @@ def test_envs_replay_days():
 
 
 def test_train_takes_a_job_trace_and_names_a_bad_one(tmp_path, capsys):
-    from tests.test_train import smoke_yaml
+    from tests.agents.training.test_train import smoke_yaml
 
     smoke = str(smoke_yaml(tmp_path))
     out = str(tmp_path / "runs")

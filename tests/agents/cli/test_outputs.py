@@ -19,7 +19,7 @@ from mara_agents.cli import main
 from mara_agents.outputs import MARKER, OutputError, prepare_out, prepare_out_file
 from mara_env.atomic import atomic_path, atomic_write
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 EVALUATE = ["evaluate", "--schedulers", "edf,uniform", "--loads", "1.0", "--episodes", "1"]
 EVALUATE += ["--workers", "1", "--horizon", "10", "--no-progress"]
 

@@ -13,7 +13,7 @@ from mara_agents.baselines.hedge import CensoredFlow, Hedge
 from mara_agents.evaluation.registry import SpecError, make_scheduler
 from mara_env.cluster import DONE, ClusterSim
 from mara_env.schedulers import run_episode, ticks_needed
-from tests.test_rival_baselines import episode_setup, hand_built  # noqa: F401 (fixture)
+from tests.agents.baselines.test_rival_baselines import episode_setup, hand_built  # noqa: F401 (fixture)
 
 
 def test_registered() -> None:
