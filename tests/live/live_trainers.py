@@ -1,4 +1,5 @@
-"""A user's own trainer for the live-mode tests, imported by path (``tests.live.live_trainers:...``)."""
+"""A user's own trainer for the live-mode tests, imported by path
+(``tests.live.live_trainers:...``)."""
 
 from __future__ import annotations
 

@@ -145,7 +145,8 @@ def test_a_job_that_raises_fails_alone(tmp_path, trainer, step):
     from mara_agents.live.run import run_live
 
     # a long deadline: on a loaded machine it reaches step 20 late, but it does reach it
-    text = JOBS.replace("trainer: rl,", f"trainer: 'tests.live.live_trainers:{trainer}', deadline: 40,")
+    path = f"tests.live.live_trainers:{trainer}"
+    text = JOBS.replace("trainer: rl,", f"trainer: '{path}', deadline: 40,")
     out = tmp_path / "live"
     run_live(_jobs(tmp_path, text), "uniform", 3, 1.0, out, progress=False)
     jobs = pd.read_csv(out / "jobs.csv").set_index("job")

@@ -97,7 +97,7 @@ def _quoted(doc: str, pattern: str) -> list:
     """Every match of ``pattern`` in ``doc`` (a path under the repository), by its groups;
     a claim the docs no longer make fails here, so the table below stays in step."""
     found = re.findall(pattern, (ROOT / doc).read_text())
-    assert found, f"{doc} no longer quotes {pattern!r}: update the claims in tests/agents/cli/test_docs.py"
+    assert found, f"{doc} no longer quotes {pattern!r}: update the claims in {Path(__file__).name}"
     return found
 
 
