@@ -1,11 +1,11 @@
 """Deadline calibration: uniform share's completion rate for several slack ranges.
 
-With deadlines set from a user's rough estimate (``deadline_sigma`` > 0), slack is chosen so
-that at the training load uniform share completes roughly 70-85 % of the tasks on the
-validation split.  Prints, per slack range, the completion rate (mean and 95 % CI over
+Each deadline model's default slack (``mara_env.config.DEADLINE_MODELS``) is chosen so that at
+the training load uniform share completes about what it did under env v2's rule (0.883 on the
+validation split).  Prints, per slack range, the completion rate (mean and 95 % CI over
 episodes) and the correlation between log task size and log(deadline - arrival).
 
-    python benchmarks/calibrate_deadlines.py --episodes 20 --split val
+    python benchmarks/calibrate_deadlines.py --episodes 100 --split val --model padded
 """
 
 from __future__ import annotations
@@ -35,7 +35,9 @@ def main() -> None:
     parser.add_argument("--episodes", type=int, default=20, help="episodes per slack range")
     parser.add_argument("--split", default="val", help="trace split (default: val)")
     parser.add_argument("--load", type=float, default=1.0, help="load factor (default: 1.0)")
-    parser.add_argument("--sigma", type=float, default=0.5, help="deadline_sigma (default 0.5)")
+    parser.add_argument(
+        "--model", default="padded", help="deadline_model: padded, unbiased or blind"
+    )
     parser.add_argument(
         "--slack",
         default="1.1-2.0,1.3-2.4,1.5-2.5,1.5-3.0,2.0-3.0",
@@ -44,19 +46,19 @@ def main() -> None:
     args = parser.parse_args()
     traces = load_traces(split=args.split)
     seeds = range(10_000, 10_000 + args.episodes)
-    print(f"split={args.split} load={args.load} deadline_sigma={args.sigma}, {args.episodes} ep")
+    print(f"split={args.split} load={args.load} deadline_model={args.model}, {args.episodes} ep")
     print("slack_range   uniform completion (95% CI)   corr(log size, log window)")
     for part in args.slack.split(","):
         lo, hi = (float(v) for v in part.split("-"))
         config = ClusterConfig(
-            load=args.load, split=args.split, slack_range=(lo, hi), deadline_sigma=args.sigma
+            load=args.load, split=args.split, slack_range=(lo, hi), deadline_model=args.model
         )
         rates = np.array(
             [run_episode(Uniform(), config, traces, s)["completion_rate"] for s in seeds]
         )
         half = 1.96 * rates.std(ddof=1) / np.sqrt(len(rates))
         corr = size_deadline_correlation(config, traces, seeds)
-        print(f"{lo:.1f}-{hi:.1f}       {rates.mean():.3f} ± {half:.3f}                 {corr:.2f}")
+        print(f"{lo:.2f}-{hi:.2f}     {rates.mean():.3f} ± {half:.3f}                 {corr:.2f}")
 
 
 if __name__ == "__main__":

@@ -66,7 +66,7 @@ def main() -> None:
         theirs.append(drive(c4, args.steps, seed=r))
     ratios = [a / b for a, b in zip(ours, theirs)]
     a, b = statistics.median(ours), statistics.median(theirs)
-    print(f"mara/ComputeCluster-v2 (16 nodes, 8 slots): {a:>10,.0f} agent-steps/s")
+    print(f"mara/ComputeCluster-v3 (16 nodes, 8 slots): {a:>10,.0f} agent-steps/s")
     print(f"connect_four_v3:                            {b:>10,.0f} agent-steps/s")
     print(f"ratio: {a / b:.2f}x (per repeat {min(ratios):.2f}-{max(ratios):.2f})")
 

@@ -1,4 +1,4 @@
-"""RLlib's stock PPO on ``mara/ComputeCluster-v2``: its default module with action masking.
+"""RLlib's stock PPO on ``mara/ComputeCluster-v3``: its default module with action masking.
 
 What an RL researcher who knows RLlib (2.60, new API stack: RLModule, Learner, EnvRunner,
 ConnectorV2) writes first, and nothing of this project's own RLlib pipeline

@@ -1,4 +1,4 @@
-"""Train Stable-Baselines3-contrib ``MaskablePPO`` on ``mara/ComputeCluster-v2``.
+"""Train Stable-Baselines3-contrib ``MaskablePPO`` on ``mara/ComputeCluster-v3``.
 
 One policy acts for every node (parameter sharing): :class:`SharedPolicyEnv` turns the
 PettingZoo AEC env into a single-agent Gymnasium env whose "agent" is whichever node is

@@ -1,4 +1,4 @@
-"""TorchRL's MAPPO on ``mara/ComputeCluster-v2``: ``examples/torchrl_marl.py --algorithm mappo``.
+"""TorchRL's MAPPO on ``mara/ComputeCluster-v3``: ``examples/torchrl_marl.py --algorithm mappo``.
 
 Kept so that earlier commands still run; every option of ``torchrl_marl.py`` applies
 (``--out`` is a folder: ``curve.csv`` and ``result.json``).

@@ -1,4 +1,4 @@
-"""Train TorchRL's multi-agent algorithms (MAPPO, IPPO, VDN, QMIX) on ``mara/ComputeCluster-v2``.
+"""Train TorchRL's multi-agent algorithms (MAPPO, IPPO, VDN, QMIX) on ``mara/ComputeCluster-v3``.
 
 A third-party reference point: the standard cooperative-MARL recipes, built from TorchRL
 0.14's own pieces (``torchrl.objectives.multiagent``, ``MultiAgentMLP``, the mixers,

@@ -55,7 +55,10 @@ QUEUE_FEATURES = (
 )
 # The id the env is registered under (``mara_env`` registers it); bump its version when
 # the spaces, the dynamics or the trace library change what an episode means.
-ENV_ID = "mara/ComputeCluster-v2"
+ENV_ID = "mara/ComputeCluster-v3"
+# Older ids, still registered, and the settings that keep their behaviour.
+V2_ID = "mara/ComputeCluster-v2"
+V2_DEFAULTS = {"deadline_model": "unbiased"}
 OBS_LIMIT = 10.0  # every feature is clipped to [-OBS_LIMIT, OBS_LIMIT]
 TICK_SCALE = 20.0  # durations (ticks) are given in units of TICK_SCALE ticks
 CAP_SCALE = 8.0  # node counts of a parallelism cap are given in units of CAP_SCALE nodes
@@ -384,10 +387,13 @@ class raw_env(AECEnv):
     from the trace library, must reach its target loss before its deadline, has a
     parallelism cap and a sub-linear speed-up ``n**alpha``.  A node that joins a task it
     did not serve in the previous tick contributes no work that tick (warm-up).
-    Deadlines are what a user would set from a rough estimate of the size:
-    ``arrival + ceil(slack * T * exp(deadline_sigma * z))`` with ``T`` the true size, slack
-    uniform in ``slack_range`` and ``z`` standard normal (``deadline_sigma`` = 0.5), so the
-    time to the deadline does not pin a task's size.
+    Deadlines are what a user would set from their own estimate of the size,
+    ``arrival + ceil(slack * estimate)``, and real users' estimates say little: by default
+    (``deadline_model="padded"``) the estimate is a padded upper bound snapped up to a menu
+    of round values (median 3.6x the size, log spread 1.0, a quarter at the queue's maximum,
+    12 % below the size); ``"unbiased"`` is env v2's rule (``size * exp(0.5 z)``);
+    ``"blind"`` gives another task's size as the estimate (see :class:`ClusterConfig`).
+    Nothing in the observation names the model.
 
     **Action space** ``Discrete(K + 1)``: ``0 … K-1`` joins the task in that visible slot;
     ``K`` idles.  Slots hold the K active tasks with the earliest deadlines (ties: earlier
@@ -434,12 +440,15 @@ class raw_env(AECEnv):
     complete it later.  Its reported loss (``log_loss_ratio``, ``progress``) is the last
     logged point at or below its work.  A task past its deadline expires.
 
-    **Version history**: v2 — a task completes when its training passes a logged point at
-    or below its target (v1 required the tick to *end* on such a point, so more nodes
-    could make a task finish later or never); spaces unchanged.  v1 — deadlines from a
-    user's estimate (``deadline_sigma``) and trace library v2 (four families, held-out
-    sources in val and test); spaces unchanged.  v0 — initial release (deadlines from the
-    true size).
+    **Version history**: v3 — deadlines from a named ``deadline_model``, by default
+    ``padded`` (users' estimates as published HPC logs show them: padded, rounded, a share
+    at the maximum); spaces unchanged; ``mara/ComputeCluster-v2`` is still registered and
+    makes ``unbiased`` deadlines, its episodes unchanged.  v2 — a task completes when its
+    training passes a logged point at or below its target (v1 required the tick to *end* on
+    such a point, so more nodes could make a task finish later or never); spaces unchanged.
+    v1 — deadlines from a user's estimate (``deadline_sigma``) and trace library v2 (four
+    families, held-out sources in val and test); spaces unchanged.  v0 — initial release
+    (deadlines from the true size).
     """
 
     metadata = {
@@ -622,6 +631,26 @@ def env(**kwargs: Any) -> AECEnv:
 def parallel_env(**kwargs: Any) -> ParallelEnv:
     """The parallel (simultaneous-choice) environment."""
     return parallel_raw_env(**kwargs)
+
+
+def _v2(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``kwargs`` with env v2's settings where neither they nor a config dict set them (a
+    :class:`ClusterConfig` is taken as it is: it names every setting)."""
+    config = kwargs.get("config")
+    if isinstance(config, ClusterConfig):
+        return kwargs
+    given = {**(config or {}), **kwargs}
+    return {**kwargs, **{k: v for k, v in V2_DEFAULTS.items() if k not in given}}
+
+
+def env_v2(**kwargs: Any) -> AECEnv:
+    """``mara/ComputeCluster-v2``: :func:`env` with env v2's deadlines (``unbiased``)."""
+    return env(**_v2(kwargs))
+
+
+def parallel_env_v2(**kwargs: Any) -> ParallelEnv:
+    """``mara/ComputeCluster-v2``: :func:`parallel_env` with env v2's deadlines."""
+    return parallel_env(**_v2(kwargs))
 
 
 def play_random(env: AECEnv, seed: int) -> None:

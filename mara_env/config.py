@@ -11,6 +11,16 @@ from mara_env.job_logs import SHIPPED_JOBS
 from mara_env.traces import SPLITS
 
 THROUGHPUT_MODES = ("known", "measured")
+# How a task's deadline follows from its user's estimate of its size (env v3), and each
+# model's default ``slack_range``: the padded one chosen on val so that uniform share's
+# completion at load 1 stays near env v2's (``docs/architecture.md``).
+DEADLINE_MODELS = {
+    "padded": (0.75, 1.25),
+    "unbiased": (1.5, 2.5),
+    "blind": (1.5, 2.5),
+}
+# Round values (ticks) a padded estimate snaps up to; the last is the queue's maximum.
+ESTIMATE_MENU = (1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0)
 
 
 class ConfigError(ValueError):
@@ -27,9 +37,20 @@ class ClusterConfig:
     ``alpha`` in ``alpha_range`` (``s(n) = n**alpha``), a size ``T_k`` (ticks to reach
     ``W_k`` on ``n_ref = min(cap, ref_nodes)`` nodes, log-uniform in ``size_range``) that
     sets the base rate ``r_k = W_k / (T_k * n_ref**alpha)``, and a deadline
-    ``a_k + ceil(slack * T_k * exp(deadline_sigma * z))`` with slack uniform in
-    ``slack_range`` and ``z`` standard normal: the deadline a user sets from their own rough
-    estimate of the size (off by a log-normal factor), so it does not pin the true size.
+    ``a_k + ceil(slack * E_k)`` with slack uniform in ``slack_range`` (None: the
+    ``deadline_model``'s default, :data:`DEADLINE_MODELS`) and ``E_k`` the user's estimate
+    of the size, drawn by ``deadline_model``:
+
+    * ``"padded"`` (default): a padded upper bound, as users give them (published HPC logs:
+      ``shared/USER_ESTIMATES.md``): ``T_k * estimate_padding * exp(estimate_spread * z)``
+      snapped up to the next value of ``estimate_menu`` (ticks; larger: its last value, the
+      queue's maximum), and with probability ``estimate_top_share`` that maximum outright;
+    * ``"unbiased"`` (env v2's rule): ``T_k * exp(deadline_sigma * z)``;
+    * ``"blind"``: ``T'_k * exp(deadline_sigma * z)`` with ``T'_k`` another task's size drawn
+      from the same distribution: the deadlines of ``unbiased``, saying nothing of the task.
+
+    ``z`` is standard normal.  No scheduler is told the model; what deadlines say about
+    work is learnt from a history of finished tasks (:mod:`flow_predictor.deadline_prior`).
 
     With ``jobs`` (``"philly"``, the shipped Philly trace, or a table from ``mara jobs
     import``) an episode replays one day of a cluster's jobs instead (``docs/jobs.md``): a
@@ -69,8 +90,13 @@ class ClusterConfig:
     families: tuple[str, ...] | None = None
     target_range: tuple[float, float] = (0.3, 0.9)
     size_range: tuple[float, float] = (4.0, 24.0)
-    slack_range: tuple[float, float] = (1.5, 2.5)
+    deadline_model: str = "padded"
+    slack_range: tuple[float, float] | None = None
     deadline_sigma: float = 0.5
+    estimate_padding: float = 2.2
+    estimate_spread: float = 1.0
+    estimate_top_share: float = 0.1
+    estimate_menu: tuple[float, ...] = ESTIMATE_MENU
     alpha_range: tuple[float, float] = (0.6, 1.0)
     cap_choices: tuple[int, ...] = (2, 4, 8)
     ref_nodes: int = 4
@@ -100,14 +126,18 @@ class ClusterConfig:
             raise bad("load", "a number in (0, 100]")
         if self.split not in (*SPLITS, "all"):
             raise bad("split", f"one of {[*SPLITS, 'all']}")
+        if self.deadline_model not in DEADLINE_MODELS:
+            raise bad("deadline_model", f"one of {list(DEADLINE_MODELS)}")
         for name, lo, hi in (
             ("target_range", 0.0, 1.0),
-            ("slack_range", 1.0, 100.0),
+            ("slack_range", 0.01, 100.0),
             ("alpha_range", 0.0, 1.0),
             ("size_range", 1.0, 10_000.0),
             ("jobs_hours", 0.0, 24.0),
             ("jobs_size_range", 1.0, 10_000.0),
         ):
+            if name == "slack_range" and self.slack_range is None:
+                continue  # the model's default (``deadline_slack``)
             v = tuple(getattr(self, name))
             if len(v) != 2 or not (lo <= v[0] <= v[1] <= hi):
                 raise bad(name, f"a pair (low, high) with {lo} <= low <= high <= {hi}")
@@ -124,6 +154,20 @@ class ClusterConfig:
             raise bad("max_cycles", "None or a positive integer (decision rounds)")
         if not number_in(self.deadline_sigma, 0, 3):
             raise bad("deadline_sigma", "a number in [0, 3] (log-normal spread of deadlines)")
+        if not number_in(self.estimate_padding, 0.01, 1000):
+            raise bad("estimate_padding", "a number in [0.01, 1000] (median padding factor)")
+        if not number_in(self.estimate_spread, 0, 5):
+            raise bad("estimate_spread", "a number in [0, 5] (log-normal spread of estimates)")
+        if not number_in(self.estimate_top_share, 0, 1):
+            raise bad("estimate_top_share", "a probability in [0, 1]")
+        menu = tuple(self.estimate_menu)
+        if (
+            not menu
+            or not all(number_in(v, 1e-3, 1e6) for v in menu)
+            or list(menu) != sorted(set(menu))
+        ):
+            raise bad("estimate_menu", "increasing numbers of ticks in [0.001, 1e6]")
+        object.__setattr__(self, "estimate_menu", tuple(float(v) for v in menu))
         if not (isinstance(self.shaping, (int, float)) and self.shaping >= 0):
             raise bad("shaping", "a number >= 0")
         if self.jobs_hours[0] == self.jobs_hours[1]:
@@ -147,6 +191,11 @@ class ClusterConfig:
                 raise bad("jobs", f"None, one of {sorted(SHIPPED_JOBS)} or a .parquet jobs table")
             if self.jobs not in SHIPPED_JOBS and not os.path.isfile(self.jobs):
                 raise bad("jobs", "an existing jobs table (make one with `mara jobs import`)")
+
+    @property
+    def deadline_slack(self) -> tuple[float, float]:
+        """``slack_range``, or the ``deadline_model``'s default when it is None."""
+        return self.slack_range or DEADLINE_MODELS[self.deadline_model]
 
     @classmethod
     def from_dict(cls, values: dict[str, Any], where: str = "env config") -> ClusterConfig:

@@ -29,7 +29,7 @@ import numpy as np
 import pandas as pd
 
 from mara_env.atomic import atomic_path
-from mara_env.traces import SPLITS, hash_split
+from mara_env.traces import SPLITS, hash_split, read_table, show_cell
 
 FORMATS = ("philly", "helios", "csv")
 SHIPPED_JOBS = {"philly": Path(__file__).parent / "data" / "philly_jobs.parquet"}
@@ -119,7 +119,7 @@ def read_job_log(
         raw, roles = _philly_json(path, dropped), {"submit": "submit", "duration": "duration"}
         roles.update(gpus="gpus", job_id="job_id", user="user")
     else:
-        raw = _read_table(path)
+        raw = read_table(path, JobsError, text=True)
         if fmt == "philly":
             roles = dict(PHILLY_CSV)
         elif fmt == "helios":
@@ -136,20 +136,6 @@ def read_job_log(
         roles = {r: c for r, c in roles.items() if c in raw.columns or r not in optional}
     table = _normalise(raw, roles, str(path), fmt, filters, dropped)
     return Imported(table, dropped)
-
-
-def _read_table(path: Path) -> pd.DataFrame:
-    if path.suffix in (".parquet", ".pq"):
-        try:
-            return pd.read_parquet(path)
-        except Exception as exc:  # pyarrow raises many types for corrupt files
-            raise JobsError(f"{path}: not a readable Parquet file ({exc})") from exc
-    try:
-        return pd.read_csv(path, dtype=str, keep_default_na=False, na_values=[""])
-    except pd.errors.EmptyDataError:
-        raise JobsError(f"{path}: the file has no header; expected a CSV job log") from None
-    except Exception as exc:
-        raise JobsError(f"{path}: not a readable CSV file ({exc})") from exc
 
 
 def _philly_json(path: Path, dropped: dict[str, int]) -> pd.DataFrame:
@@ -310,19 +296,7 @@ def _first_bad(bad: np.ndarray, cells: pd.Series, origin: str, problem: str) -> 
         i = int(np.flatnonzero(bad)[0])
         # the log's own row numbers (data rows from 0; a JSON log's list index)
         row = cells.index[i]
-        raise JobsError(f"{origin}: row {row}: {cells.name} {_show(cells.iloc[i])} {problem}")
-
-
-def _show(value: object) -> str:
-    if value is None or (isinstance(value, float) and np.isnan(value)):
-        return "(empty)"
-    if isinstance(value, str):
-        try:
-            float(value)
-            return value
-        except ValueError:
-            return repr(value)
-    return str(value)
+        raise JobsError(f"{origin}: row {row}: {cells.name} {show_cell(cells.iloc[i])} {problem}")
 
 
 def _numbers(cells: pd.Series, origin: str, expected: str) -> np.ndarray:
@@ -461,7 +435,7 @@ def read_jobs(source: str | os.PathLike) -> pd.DataFrame:
         raise JobsError(f"{path}: no such jobs table (make one with `mara jobs import`)")
     if path.suffix not in (".parquet", ".pq"):
         raise JobsError(f"{path}: expected a .parquet jobs table from `mara jobs import`")
-    return validate_jobs(_read_table(path), str(path))
+    return validate_jobs(read_table(path, JobsError), str(path))
 
 
 def summary_lines(table: pd.DataFrame, dropped: dict[str, int] | None = None) -> list[str]:

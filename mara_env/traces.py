@@ -30,28 +30,71 @@ class TraceError(ValueError):
     """A trace file or table is malformed; the message names file, trace and row."""
 
 
-def _read_table(path: Path, tag: str | None = None) -> pd.DataFrame:
-    if not path.exists():
-        raise TraceError(f"{path}: no such trace file")
-    name = path.name
-    if name.endswith(".parquet") or name.endswith(".pq"):
+def read_table(
+    path: Path, error: type[ValueError] = TraceError, text: bool = False
+) -> pd.DataFrame:
+    """A Parquet or CSV table (``text``: CSV cells as text, empty ones missing) with its
+    header names stripped of spaces; ``error``, one line naming ``path``, if it cannot be
+    read or a header name is empty or given twice."""
+    if path.suffix in (".parquet", ".pq"):
         try:
-            return pd.read_parquet(path)
+            df = pd.read_parquet(path)
         except Exception as exc:  # pyarrow raises many types for corrupt files
-            raise TraceError(f"{path}: not a readable Parquet file ({exc})") from exc
-    if name.endswith(".csv") or name.endswith(".csv.gz"):
+            raise error(f"{path}: not a readable Parquet file ({_first_line(exc)})") from None
+    else:
+        options = {"dtype": str, "keep_default_na": False, "na_values": [""]} if text else {}
         try:
-            df = pd.read_csv(path)
+            df = pd.read_csv(path, **options)
+        except pd.errors.EmptyDataError:
+            raise error(f"{path}: the file has no header; expected a CSV table") from None
         except Exception as exc:
-            raise TraceError(f"{path}: not a readable CSV file ({exc})") from exc
+            raise error(f"{path}: not a readable CSV file ({_first_line(exc)})") from None
         header = str(df.columns[0]) if len(df.columns) == 1 else ""
         sep = next((s for s in (";", "\t", "|") if s in header), None)
         if sep is not None:
-            raise TraceError(
+            raise error(
                 f"{path}: the header {header!r} reads as one column: the file seems to be "
-                f"separated by {sep!r}; a trace CSV is comma-separated"
+                f"separated by {sep!r}; expected a comma-separated file"
             )
-        return df
+    names = [str(c).strip() for c in df.columns]
+    for i, name in enumerate(names):
+        if not name:
+            raise error(f"{path}: column {i} has no name in the header; expected a name")
+        if name in names[:i]:
+            raise error(
+                f"{path}: column {name!r} is given twice in the header (spaces aside); "
+                "expected each column once"
+            )
+    df.columns = names
+    return df
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+
+
+def show_cell(value: object) -> str:
+    """A table's cell as a user would write it: ``(empty)``, a number, or 'text'."""
+    if value is None or (isinstance(value, (float, np.floating)) and np.isnan(value)):
+        return "(empty)"
+    if isinstance(value, str):
+        try:
+            float(value)
+            return value
+        except ValueError:
+            return repr(value)
+    if isinstance(value, (float, np.floating, int, np.integer)):
+        short = f"{float(value):g}"
+        return short if float(short) == float(value) else repr(float(value))
+    return str(value)
+
+
+def _read_trace_table(path: Path, tag: str | None = None) -> pd.DataFrame:
+    if not path.exists():
+        raise TraceError(f"{path}: no such trace file")
+    name = path.name
+    if name.endswith((".parquet", ".pq", ".csv", ".csv.gz")):
+        return read_table(path)
     if path.is_dir() and not any("tfevents" in p.name for p in path.iterdir()):
         raise TraceError(
             f"{path}: a directory without TensorBoard event files (*tfevents*); expected a "
@@ -96,8 +139,11 @@ def read_tensorboard(path: Path, tag: str | None) -> pd.DataFrame:
     )
 
 
-def validate_traces(df: pd.DataFrame, origin: str = "<table>") -> pd.DataFrame:
-    """Check a long-form trace table and return it normalised (typed, with ``split``).
+def validate_traces(
+    df: pd.DataFrame, origin: str = "<table>", extra: bool = False
+) -> pd.DataFrame:
+    """Check a long-form trace table and return it normalised (typed, with ``split``;
+    ``extra``: with the table's other columns after those).
 
     Raises :class:`TraceError` naming ``origin``, the trace and the row (0-based data
     row in the table) for: a missing column, NaN/inf, a negative loss or step, a step that
@@ -124,7 +170,7 @@ def validate_traces(df: pd.DataFrame, origin: str = "<table>") -> pd.DataFrame:
             row = int(np.flatnonzero(bad)[0])
             raise TraceError(
                 f"{origin}: trace {out.at[row, 'trace_id']!r}, row {row}: {col} is "
-                f"{_show(df[col].iloc[row])}; expected a finite number"
+                f"{show_cell(df[col].iloc[row])}; expected a finite number"
             )
         out[col] = values
     for col, what in (("loss", "losses"), ("step", "steps (cumulative work)")):
@@ -133,7 +179,7 @@ def validate_traces(df: pd.DataFrame, origin: str = "<table>") -> pd.DataFrame:
             row = int(np.flatnonzero(negative)[0])
             raise TraceError(
                 f"{origin}: trace {out.at[row, 'trace_id']!r}, row {row}: {col} "
-                f"{_show(df[col].iloc[row])} is negative; {what} must be >= 0"
+                f"{show_cell(df[col].iloc[row])} is negative; {what} must be >= 0"
             )
     ids = out["trace_id"].to_numpy()
     steps = out["step"].to_numpy()
@@ -178,14 +224,8 @@ def validate_traces(df: pd.DataFrame, origin: str = "<table>") -> pd.DataFrame:
             )
     else:
         out["split"] = out["source"].map(hash_split)
-    return out[[*REQUIRED_COLUMNS, "split"]]
-
-
-def _show(value: object) -> str:
-    """A cell value as a user would write it (nan, inf, 'text')."""
-    if isinstance(value, (float, np.floating, int, np.integer)):
-        return f"{float(value):g}"
-    return repr(value)
+    columns = [*REQUIRED_COLUMNS, "split"]
+    return out[columns + [c for c in out.columns if extra and c not in columns]]
 
 
 def hash_split(source: str, val: float = 0.15, test: float = 0.15) -> str:
@@ -194,21 +234,28 @@ def hash_split(source: str, val: float = 0.15, test: float = 0.15) -> str:
     return "test" if u < test else "val" if u < test + val else "train"
 
 
-def read_traces(path: str | os.PathLike, tag: str | None = None) -> pd.DataFrame:
-    """Read and validate a trace file (Parquet, CSV or TensorBoard events)."""
+def read_traces(
+    path: str | os.PathLike, tag: str | None = None, extra: bool = False
+) -> pd.DataFrame:
+    """Read and validate a trace file (Parquet, CSV or TensorBoard events); ``extra``:
+    keep its columns beyond a library's."""
     path = Path(path)
-    return validate_traces(_read_table(path, tag), origin=str(path))
+    return validate_traces(_read_trace_table(path, tag), origin=str(path), extra=extra)
 
 
-def write_traces(df: pd.DataFrame, path: str | os.PathLike) -> None:
-    """Validate then write a library atomically: no half-written file is ever left."""
+def write_traces(df: pd.DataFrame, path: str | os.PathLike, extra: bool = False) -> None:
+    """Validate then write a library atomically (``extra``: with the table's columns
+    beyond a library's): no half-written file is ever left."""
     path = Path(path)
-    df = validate_traces(df, origin=str(path))
+    df = validate_traces(df, origin=str(path), extra=extra)
     with atomic_path(path) as tmp:
-        if path.suffix == ".csv":
-            df.to_csv(tmp, index=False)
-        else:
-            df.to_parquet(tmp, index=False, compression="zstd")
+        try:
+            if path.suffix == ".csv":
+                df.to_csv(tmp, index=False)
+            else:
+                df.to_parquet(tmp, index=False, compression="zstd")
+        except (ValueError, TypeError, ImportError) as exc:  # pyarrow's errors are these
+            raise TraceError(f"{path}: cannot be written ({_first_line(exc)})") from None
 
 
 LIBRARY_SUFFIXES = (".parquet", ".pq", ".csv")
@@ -242,7 +289,8 @@ def reject_flat(df: pd.DataFrame, origin: str) -> None:
 def import_traces(
     sources: list[str | os.PathLike], out: str | os.PathLike, tag: str | None = None
 ) -> pd.DataFrame:
-    """Validate user files and merge them into library ``out`` (created if absent).
+    """Validate user files and merge them into library ``out`` (created if absent),
+    keeping every column the library and the files hold.
 
     Besides :func:`validate_traces`, each imported trace must be a learning curve
     (:func:`reject_flat`); ``out`` must be a ``.parquet``/``.pq``/``.csv`` file path.
@@ -257,18 +305,18 @@ def import_traces(
         raise TraceError(
             f"{out}: unknown library file type; expected a {', '.join(LIBRARY_SUFFIXES)} file"
         )
-    frames = [read_traces(out)] if out.exists() else []
+    frames = [read_traces(out, extra=True)] if out.exists() else []
     # trace id -> why a second trace of that id is refused
     taken = {tid: f"is already in the library {out}" for f in frames for tid in f["trace_id"]}
     for p in sources:
-        frames.append(read_traces(p, tag))
+        frames.append(read_traces(p, tag, extra=True))
         reject_flat(frames[-1], str(p))
         for tid in frames[-1]["trace_id"].unique():
             if tid in taken:
                 raise TraceError(f"{p}: trace id {tid!r} {taken[tid]}; ids must be unique")
             taken[tid] = f"occurs in more than one input (also in {p})"
     merged = pd.concat(frames, ignore_index=True)
-    write_traces(merged, out)
+    write_traces(merged, out, extra=True)
     return merged
 
 

@@ -3,6 +3,7 @@ traces, targets, caps and deadlines."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -65,14 +66,10 @@ def sample_workload(config: ClusterConfig, traces: TraceSet, rng: np.random.Gene
     trace, work_sampled, target = _draw_targets(config, traces, rng, n)
     cap = rng.choice(np.asarray(config.cap_choices), size=n)
     alpha = rng.uniform(*config.alpha_range, size=n)
-    size = np.exp(rng.uniform(np.log(config.size_range[0]), np.log(config.size_range[1]), n))
+    size = _draw_sizes(config, rng, n)
     n_ref = np.minimum(cap, config.ref_nodes)
     rate = work_sampled / (size * n_ref**alpha)
-    slack = rng.uniform(*config.slack_range, size=n)
-    # The user's estimate of the size is off by a log-normal factor (drawn last, so every
-    # other draw is the same whatever sigma is).
-    estimate = size * np.exp(config.deadline_sigma * rng.standard_normal(n))
-    deadline = arrival + np.ceil(slack * estimate).astype(np.int64)
+    deadline = arrival + _allowed_ticks(config, size, rng, lambda m: _draw_sizes(config, rng, m))
     return Workload(
         arrival=arrival,
         deadline=deadline,
@@ -101,9 +98,9 @@ def replayed_workload(
     cap = np.clip(np.ceil(config.jobs_cap_multiple * ref), ref, config.num_nodes)
     alpha = rng.uniform(*config.alpha_range, size=n)
     rate = work_sampled / (day.size * ref**alpha)
-    slack = rng.uniform(*config.slack_range, size=n)
-    estimate = day.size * np.exp(config.deadline_sigma * rng.standard_normal(n))
-    drawn = day.arrival + np.ceil(slack * estimate).astype(np.int64)
+    drawn = day.arrival + _allowed_ticks(
+        config, day.size, rng, lambda m: rng.choice(day.size, size=m)
+    )
     return Workload(
         arrival=day.arrival,
         deadline=np.where(day.deadline >= 0, day.deadline, drawn),
@@ -117,6 +114,44 @@ def replayed_workload(
         work_true=_work_true(traces, trace, target),
         ref=ref.astype(np.int64),
     )
+
+
+def _draw_sizes(config: ClusterConfig, rng: np.random.Generator, n: int) -> np.ndarray:
+    """``n`` synthetic task sizes ``T_k``, log-uniform in ``size_range``."""
+    lo, hi = config.size_range
+    return np.exp(rng.uniform(np.log(lo), np.log(hi), n))
+
+
+def user_estimate(
+    config: ClusterConfig,
+    size: np.ndarray,
+    rng: np.random.Generator,
+    other_sizes: Callable[[int], np.ndarray],
+) -> np.ndarray:
+    """Each task's size as its user estimates it, by ``config.deadline_model``
+    (:class:`~mara_env.config.ClusterConfig`); ``other_sizes(m)`` draws ``m`` sizes of
+    other tasks from the workload's distribution (the ``blind`` model's estimates)."""
+    n = len(size)
+    if config.deadline_model == "blind":
+        size = other_sizes(n)
+    if config.deadline_model in ("unbiased", "blind"):
+        return size * np.exp(config.deadline_sigma * rng.standard_normal(n))
+    menu = np.asarray(config.estimate_menu)
+    raw = size * config.estimate_padding * np.exp(config.estimate_spread * rng.standard_normal(n))
+    snapped = menu[np.minimum(np.searchsorted(menu, raw, side="left"), len(menu) - 1)]
+    return np.where(rng.random(n) < config.estimate_top_share, menu[-1], snapped)
+
+
+def _allowed_ticks(
+    config: ClusterConfig,
+    size: np.ndarray,
+    rng: np.random.Generator,
+    other_sizes: Callable[[int], np.ndarray],
+) -> np.ndarray:
+    """Ticks from arrival to deadline, ``ceil(slack * estimate)`` (drawn last, so that every
+    other draw of an episode is the same whatever the deadline model)."""
+    slack = rng.uniform(*config.deadline_slack, size=len(size))
+    return np.ceil(slack * user_estimate(config, size, rng, other_sizes)).astype(np.int64)
 
 
 def _draw_targets(

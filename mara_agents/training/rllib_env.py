@@ -3,7 +3,7 @@
 ``mara_env`` stays free of ray; this module adapts its AEC env (optionally wrapped by the
 predictor observation wrapper, :func:`flow_predictor.wrapper.wrap`) to RLlib:
 
-* :data:`mara_env.ENV_ID` (``mara/ComputeCluster-v2``): the AEC env as a turn-based
+* :data:`mara_env.ENV_ID` (``mara/ComputeCluster-v3``): the AEC env as a turn-based
   ``MultiAgentEnv`` through :class:`ray.rllib.env.wrappers.pettingzoo_env.PettingZooEnv`
   (one RLlib step per node decision);
 * :data:`ROUND_ENV_ID`: :class:`mara_env.round_env.RoundEnv` over that same (wrapped) AEC
