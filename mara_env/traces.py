@@ -139,9 +139,7 @@ def read_tensorboard(path: Path, tag: str | None) -> pd.DataFrame:
     )
 
 
-def validate_traces(
-    df: pd.DataFrame, origin: str = "<table>", extra: bool = False
-) -> pd.DataFrame:
+def validate_traces(df: pd.DataFrame, origin: str = "<table>", extra: bool = False) -> pd.DataFrame:
     """Check a long-form trace table and return it normalised (typed, with ``split``;
     ``extra``: with the table's other columns after those).
 

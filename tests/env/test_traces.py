@@ -52,7 +52,7 @@ def _corrupt(kind):
         return df.drop(columns=["loss"]), r"missing column\(s\) \['loss'\]"
     if kind == "nan":
         df.loc[5, "loss"] = np.nan
-        return df, r"trace 't0', row 5: loss is nan; expected a finite number"
+        return df, r"trace 't0', row 5: loss is \(empty\); expected a finite number"
     if kind == "inf":
         df.loc[14, "step"] = np.inf
         return df, r"trace 't1', row 14: step is inf"
@@ -164,7 +164,7 @@ def test_shipped_library_merges_into_an_import(tmp_path):
 def test_csv_with_another_delimiter_gets_a_hint(tmp_path, sep):
     src = tmp_path / "in.csv"
     _table().to_csv(src, index=False, sep=sep)
-    hint = re.escape(f"separated by {sep!r}; a trace CSV is comma-separated")
+    hint = re.escape(f"separated by {sep!r}; expected a comma-separated file")
     with pytest.raises(TraceError, match=f"in.csv: the header .* reads as one column: .*{hint}"):
         read_traces(src)
 
