@@ -1,17 +1,25 @@
 """What a task's deadline says about its size: a prior on its remaining work.
 
-Users set deadlines from their own rough estimate of a job's size (``docs/environment.md``:
-``d = a + ceil(slack * T * exp(sigma z))``, ``T`` the job's ticks on its reference
-allocation), so the time a user allowed, in work at the reference allocation,
+Users set deadlines from their own estimate of a job's size, and what that says about the
+size is learnt from history, never from the workload generator: a deadline may be padded,
+rounded, or say nothing at all.  The work the time a user allowed would do at the task's
+reference allocation,
 
     ``scale_k = rate_k * n_ref_k ** alpha_k * (d_k - a_k)``,
 
-is a noisy estimate of the work ``W_k`` the task needs.  The prior is the empirical
-distribution of ``r = log(W / scale)`` over tasks whose work is known (the train split's
-tasks, or a cluster's job history: :func:`fit_log_ratios`), shipped as a small JSON file
-(:data:`SHIPPED_PRIOR`, made by ``mara predictor deadline-prior``).  For a running task it
-gives remaining-work samples ``scale * exp(r) - work done``, conditioned on the task not
-being done yet (``W >`` its work so far); it needs no report, so it speaks from arrival on.
+is compared with the work ``W_k`` the task needed, over a history of finished tasks (the
+train split's tasks, or a cluster's job history).  The prior is the distribution of
+``r = log(W / scale)`` *given the time allowed* ``x = log(d - a)``: the ``neighbours``
+history tasks whose ``x`` is nearest the task's (:func:`fit_history`).  Where the deadline
+says much (unbiased estimates), ``r`` is narrow at every ``x``; where it says nothing,
+the neighbours' ``r`` spreads as the sizes of past tasks do, so the prior becomes the
+history of sizes; a menu of round estimates gives each round value its own distribution.
+A file without windows (version 1) is one distribution of ``r`` for every task.
+
+It is shipped as a small JSON file (:data:`SHIPPED_PRIOR`, made by ``mara predictor
+deadline-prior``).  For a running task it gives remaining-work samples ``scale * exp(r) -
+work done``, conditioned on the task not being done yet (``W >`` its work so far); it needs
+no report, so it speaks from arrival on.
 
 :class:`DeadlineInformed` combines it with the flow model's samples, when the flow model
 has a finite median, as a product of two log-normals (each fitted to its samples' median
@@ -20,9 +28,9 @@ model's log spread scaled by ``flow_spread``.  Without a flow prediction (fewer 
 reports, or a median of "not reached"), the prior alone.
 
 **Assumes** that deadlines relate to work in the cluster where it runs as they did in the
-tasks it was fitted on.  Where users' estimates are worse than that, the prior is
-over-confident (``docs/baselines.md`` measures ``deadline_sigma = 1``); refit it on your
-own history.  Numpy only.
+history it was fitted on; where they do not, refit it on your own history
+(``docs/baselines.md`` measures a prior fitted under one deadline model on tasks of
+another).  Numpy only.
 """
 
 from __future__ import annotations
@@ -42,9 +50,13 @@ from mara_env.workload import Workload, reference_nodes
 
 SHIPPED_PRIOR = Path(__file__).with_name("checkpoints") / "deadline_prior.json"
 KIND = "mara-deadline-prior"
-VERSION = 1
-# quantile levels of the log ratios a prior file stores
+VERSION = 2
+VERSIONS = (1, 2)  # version 1: one distribution of log ratios, no windows
+# quantile levels of the log ratios a version-1 prior file stores
 STORED_LEVELS = 257
+# history tasks a version-2 file keeps, and the nearest of them a task's prior reads
+STORED_TASKS = 4096
+NEIGHBOURS = 256
 # where log remaining work is read: "never" (inf) as the largest float but one
 _TINY, _HUGE = 1e-300, 1e300
 # a normal's interquartile range in standard deviations
@@ -59,44 +71,81 @@ def deadline_scale(workload: Workload, config: Any, tasks: np.ndarray) -> np.nda
     return workload.rate[tasks] * n_ref ** workload.alpha[tasks] * allowed
 
 
-def fit_log_ratios(work: np.ndarray, scale: np.ndarray) -> np.ndarray:
-    """Sorted ``log(work / scale)`` of the tasks with a finite, positive work and scale,
-    reduced to :data:`STORED_LEVELS` quantiles (what a prior file stores)."""
+def fit_history(
+    work: np.ndarray, scale: np.ndarray, window: np.ndarray, seed: int = 0
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(log windows, log ratios)`` of at most :data:`STORED_TASKS` history tasks with a
+    finite, positive work, scale and window (a seeded draw when there are more), sorted by
+    window: what a version-2 prior file stores."""
     work, scale = np.asarray(work, np.float64), np.asarray(scale, np.float64)
-    ok = np.isfinite(work) & (work > 0) & np.isfinite(scale) & (scale > 0)
+    window = np.asarray(window, np.float64)
+    ok = np.isfinite(work) & (work > 0) & np.isfinite(scale) & (scale > 0) & (window > 0)
     if ok.sum() < 2:
         raise ValueError(
             f"deadline prior: {int(ok.sum())} task(s) with a finite positive work and "
             "deadline; expected at least 2 to fit a distribution"
         )
-    r = np.log(work[ok] / scale[ok])
-    return np.quantile(r, np.linspace(0.0, 1.0, STORED_LEVELS))
+    x, r = np.log(window[ok]), np.log(work[ok] / scale[ok])
+    if len(x) > STORED_TASKS:
+        keep = np.random.default_rng(seed).choice(len(x), STORED_TASKS, replace=False)
+        x, r = x[keep], r[keep]
+    order = np.lexsort((r, x))
+    return x[order], r[order]
 
 
 @dataclass(frozen=True)
 class DeadlinePrior:
-    """The distribution of ``log(W / scale)`` (sorted quantiles) and where it came from."""
+    """The distribution of ``log(W / scale)`` and where it came from: with ``log_windows``
+    (paired, ascending), per history task, read near each task's window; without, sorted
+    quantiles read for every task."""
 
     log_ratios: np.ndarray
     fitted_on: dict[str, Any]
+    log_windows: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         r = np.asarray(self.log_ratios, np.float64)
-        if r.ndim != 1 or len(r) < 2 or not np.isfinite(r).all() or (np.diff(r) < 0).any():
+        if r.ndim != 1 or len(r) < 2 or not np.isfinite(r).all():
             raise ValueError(
-                "deadline prior: log_ratios must be at least 2 finite numbers in "
-                f"ascending order; got {len(r)} value(s)"
+                f"deadline prior: log_ratios must be at least 2 finite numbers; got {len(r)}"
             )
+        if self.log_windows is None:
+            if (np.diff(r) < 0).any():
+                raise ValueError("deadline prior: log_ratios must be in ascending order")
+        else:
+            x = np.asarray(self.log_windows, np.float64)
+            if x.shape != r.shape or not np.isfinite(x).all() or (np.diff(x) < 0).any():
+                raise ValueError(
+                    "deadline prior: log_windows must be finite, ascending and as many as "
+                    f"log_ratios ({len(r)}); got {x.shape[0] if x.ndim else 0}"
+                )
+            object.__setattr__(self, "log_windows", x)
         object.__setattr__(self, "log_ratios", r)
+
+    def ratios_of(self, window: np.ndarray) -> np.ndarray:
+        """Sorted log ratios (tasks x values) the prior gives tasks whose deadline is
+        ``window`` ticks after their arrival."""
+        r = self.log_ratios
+        if self.log_windows is None:
+            return np.broadcast_to(r, (len(window), len(r)))
+        n = len(r)
+        k = min(NEIGHBOURS, n)
+        x = np.log(np.maximum(np.asarray(window, np.float64), 1e-9))
+        # the k history tasks nearest in log window: a run of the sorted windows
+        pos = np.searchsorted(self.log_windows, x)
+        start = np.clip(pos - k // 2, 0, n - k)
+        return np.sort(r[start[:, None] + np.arange(k)[None, :]], axis=1)
 
     def save(self, path: str | os.PathLike) -> None:
         """Write the prior as JSON (atomically)."""
-        blob = {
+        blob: dict[str, Any] = {
             "kind": KIND,
-            "version": VERSION,
+            "version": VERSION if self.log_windows is not None else 1,
             "fitted_on": self.fitted_on,
             "log_ratios": [round(float(v), 6) for v in self.log_ratios],
         }
+        if self.log_windows is not None:
+            blob["log_windows"] = [round(float(v), 6) for v in self.log_windows]
         atomic_write(path, (json.dumps(blob, indent=1) + "\n").encode())
 
     @classmethod
@@ -111,12 +160,18 @@ class DeadlinePrior:
             raise ValueError(f"deadline prior {path}: not JSON ({e})") from None
         if not isinstance(blob, dict) or blob.get("kind") != KIND:
             raise ValueError(f"deadline prior {path}: expected a file of kind {KIND!r}")
-        if blob.get("version") != VERSION:
+        if blob.get("version") not in VERSIONS:
             raise ValueError(
-                f"deadline prior {path}: version {blob.get('version')!r}; expected {VERSION}"
+                f"deadline prior {path}: version {blob.get('version')!r}; expected one of "
+                f"{list(VERSIONS)}"
             )
         try:
-            return cls(np.asarray(blob["log_ratios"], np.float64), dict(blob["fitted_on"]))
+            windows = blob["log_windows"] if blob["version"] >= 2 else None
+            return cls(
+                np.asarray(blob["log_ratios"], np.float64),
+                dict(blob["fitted_on"]),
+                None if windows is None else np.asarray(windows, np.float64),
+            )
         except (KeyError, TypeError, ValueError) as e:
             raise ValueError(f"deadline prior {path}: {e}") from None
 
@@ -126,17 +181,20 @@ class DeadlinePrior:
         largest value is taken as just ahead, ``MIN_RATIO`` of its work)."""
         tasks = np.asarray(tasks, np.int64)
         done = np.asarray(sim.work, np.float64)[tasks]
-        scale = deadline_scale(sim.workload, sim.config, tasks)
-        r = self.log_ratios
-        # the conditional distribution: the stored quantiles above the work done, read at
-        # evenly spaced levels of what is left of the distribution
-        above = (scale[:, None] * np.exp(r)[None, :] > done[:, None]).sum(axis=1)
+        wl = sim.workload
+        scale = deadline_scale(wl, sim.config, tasks)
+        r = self.ratios_of(wl.deadline[tasks] - wl.arrival[tasks])
+        m = r.shape[1]
+        # the conditional distribution: the values above the work done, read at evenly
+        # spaced levels of what is left of the distribution
+        above = (scale[:, None] * np.exp(r) > done[:, None]).sum(axis=1)
         levels = (np.arange(n_samples) + 0.5) / n_samples
-        pos = (len(r) - above)[:, None] + levels[None, :] * np.maximum(above - 1, 0)[:, None]
-        lo = np.minimum(np.floor(pos).astype(np.int64), len(r) - 1)
-        hi = np.minimum(lo + 1, len(r) - 1)
+        pos = (m - above)[:, None] + levels[None, :] * np.maximum(above - 1, 0)[:, None]
+        lo = np.minimum(np.floor(pos).astype(np.int64), m - 1)
+        hi = np.minimum(lo + 1, m - 1)
         frac = pos - lo
-        total = scale[:, None] * np.exp((1 - frac) * r[lo] + frac * r[hi])
+        r_lo, r_hi = np.take_along_axis(r, lo, axis=1), np.take_along_axis(r, hi, axis=1)
+        total = scale[:, None] * np.exp((1 - frac) * r_lo + frac * r_hi)
         samples = np.maximum(total - done[:, None], MIN_RATIO * done[:, None])
         return RemainingWork(samples, np.zeros(len(tasks), bool))
 

@@ -96,6 +96,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     dp.add_argument("--loads", default="1.0,1.5,2.0", help="load factors of the episodes drawn")
     dp.add_argument("--episodes", type=int, default=40, help="episodes per workload and load")
     dp.add_argument("--seed", type=int, default=0, help="base seed of the episodes drawn")
+    dp.add_argument(
+        "--cluster",
+        default=None,
+        metavar="CLUSTER.yaml",
+        help="simulator settings of the tasks drawn (e.g. deadline_model: how users set "
+        "deadlines on the cluster the prior is for); any ClusterConfig keys but split, "
+        "load and jobs",
+    )
     dp.set_defaults(_run=run_deadline_prior)
 
 
@@ -165,24 +173,13 @@ def _train_config(args: argparse.Namespace) -> TrainConfig:
     from flow_predictor.train import TrainConfig
     from mara_agents.commands import checks
 
-    for option in ("batch_size", "prefixes_per_trace", "hidden", "depth"):
-        checks.at_least(getattr(args, option), "--" + option.replace("_", "-"), 1)
-    for option in ("prior_epochs", "prior_prefixes"):
-        checks.at_least(getattr(args, option), "--" + option.replace("_", "-"), 1)
-    for option in ("epochs", "synthetic", "prior_curves", "seed"):
-        checks.at_least(getattr(args, option), "--" + option.replace("_", "-"), 0)
+    # each number's own range is checked by the CLI (checks.RANGES); this, across two:
     checks.check(
         args.epochs > 0 or args.prior_curves > 0,
         "--epochs",
         args.epochs,
         "at least 1, or --prior-curves > 0 for a model trained on the prior only",
     )
-    checks.positive(args.lr, "--lr")
-    if args.prior_lr is not None:
-        checks.positive(args.prior_lr, "--prior-lr")
-    checks.check(0 <= args.sim_like <= 1, "--sim-like", args.sim_like, "a share in [0, 1]")
-    if args.max_minutes is not None:
-        checks.positive(args.max_minutes, "--max-minutes")
     return TrainConfig(
         traces=args.traces,
         split=args.split,
@@ -236,7 +233,7 @@ def run_train(args: argparse.Namespace) -> int:
 
 def run_evaluate(args: argparse.Namespace) -> int:
     """Evaluate every method, write the CSV and the plot, print the table."""
-    from mara_agents.commands.checks import UsageError, at_least
+    from mara_agents.commands.checks import UsageError
     from mara_agents.extras import require
     from mara_agents.outputs import OutputError, prepare_out
 
@@ -254,7 +251,6 @@ def run_evaluate(args: argparse.Namespace) -> int:
     source = args.traces or f"the shipped library's {args.split or 'test'} split"
     try:
         samples = FLOW_SAMPLES if args.samples is None else args.samples
-        at_least(samples, "--samples", 1)
         flow = load_predictor(args.checkpoint, n_samples=samples)
         traces = load_traces(args.traces, split=args.split or ("all" if args.traces else "test"))
         run_dir = prepare_out(
@@ -296,7 +292,7 @@ def run_lofo(args: argparse.Namespace) -> int:
             args.exclude_families,
             "nothing: lofo leaves out one family at a time itself",
         )
-        samples = None if args.samples is None else checks.at_least(args.samples, "--samples", 1)
+        samples = args.samples
         checks.check_output_dir(args.out)
         run_dir = prepare_out(
             args.out, command="predictor lofo", force=args.force, files=("lofo.csv",)
@@ -324,9 +320,9 @@ def run_deadline_prior(args: argparse.Namespace) -> int:
     load of ``--split`` (their work ``W_k`` and deadlines) and write it to ``--out``."""
     import numpy as np
 
-    from flow_predictor.deadline_prior import DeadlinePrior, deadline_scale, fit_log_ratios
+    from flow_predictor.deadline_prior import DeadlinePrior, deadline_scale, fit_history
     from mara_agents.commands import checks
-    from mara_agents.outputs import OutputError, prepare_out_file
+    from mara_agents.outputs import OutputError, claim_file
     from mara_env.config import ClusterConfig, ConfigError
     from mara_env.traces import TraceError, load_traces
     from mara_env.workload import sample_workload
@@ -336,37 +332,53 @@ def run_deadline_prior(args: argparse.Namespace) -> int:
         for load in loads:
             checks.positive(load, "--loads")
         jobs = checks.parse_list(args.jobs, "--jobs", str, "workloads (none, philly, ...)")
-        episodes = checks.at_least(args.episodes, "--episodes", 1)
-        out = prepare_out_file(args.out, force=args.force)
+        episodes = args.episodes
         traces = load_traces(split=args.split)
+        settings = {}
+        if args.cluster is not None:
+            from mara_env.config import load_cluster_file
+
+            flags = {"split": "--split", "load": "--loads", "jobs": "--jobs"}
+            settings = load_cluster_file(args.cluster, flags)
         configs = [
-            ClusterConfig(split=args.split, load=load, jobs=None if job == "none" else job)
+            ClusterConfig(
+                **settings, split=args.split, load=load, jobs=None if job == "none" else job
+            )
             for job in jobs
             for load in loads
         ]
-    except (checks.UsageError, OutputError, ConfigError, TraceError) as exc:
+        for config in configs:  # a job trace that cannot carry a load stops here, not later
+            if config.jobs is not None:
+                checks.replay_line(config)
+        claim = claim_file(args.out, command="predictor deadline-prior", force=args.force)
+    except (checks.UsageError, OutputError, ConfigError, TraceError, ValueError) as exc:
         print(f"mara predictor deadline-prior: error: {exc}", file=sys.stderr)
         return 1
-    work, scale = [], []
+    work, scale, window = [], [], []
     for c, config in enumerate(configs):
         for i in range(episodes):
             wl = sample_workload(config, traces, np.random.default_rng([args.seed, c, i]))
             tasks = np.arange(len(wl.arrival))
             work.append(wl.work_true)
             scale.append(deadline_scale(wl, config, tasks))
+            window.append(wl.deadline - wl.arrival)
     work_all, scale_all = np.concatenate(work), np.concatenate(scale)
+    log_windows, log_ratios = fit_history(work_all, scale_all, np.concatenate(window), args.seed)
     prior = DeadlinePrior(
-        fit_log_ratios(work_all, scale_all),
+        log_ratios,
         {
             "split": args.split,
             "jobs": jobs,
             "loads": loads,
             "episodes": episodes,
             "seed": args.seed,
+            "cluster": settings,
             "tasks": int(np.isfinite(work_all).sum()),
         },
+        log_windows,
     )
-    prior.save(out)
+    with claim as out:
+        prior.save(out)
     q = np.quantile(prior.log_ratios, [0.1, 0.5, 0.9])
     print(
         f"{len(work_all)} tasks; log(work / deadline-implied work): 10 % {q[0]:+.2f}, "

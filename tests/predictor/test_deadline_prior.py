@@ -12,12 +12,14 @@ import pytest
 from scipy.special import ndtri
 
 from flow_predictor.deadline_prior import (
+    NEIGHBOURS,
     SHIPPED_PRIOR,
+    STORED_TASKS,
     DeadlineInformed,
     DeadlinePrior,
     combine,
     deadline_scale,
-    fit_log_ratios,
+    fit_history,
 )
 from flow_predictor.remaining import MIN_RATIO, RemainingWork
 from mara_agents.cli import main
@@ -43,17 +45,33 @@ def _sim(work_done: list[float], allowed: list[int], rate: float = 2.0) -> Simpl
     )
 
 
-def test_fit_recovers_the_distribution_of_log_ratios() -> None:
+def test_fit_keeps_a_seeded_sorted_history() -> None:
     rng = np.random.default_rng(0)
     scale = np.exp(rng.uniform(0, 5, 20_000))
-    r = rng.normal(-1.0, 0.5, len(scale))
-    work = scale * np.exp(r)
+    window = rng.integers(1, 100, len(scale))
+    work = scale * np.exp(rng.normal(-1.0, 0.5, len(scale)))
     work[:10] = [np.inf, 0.0, np.nan, 1, 1, 1, 1, 1, 1, 1]  # never / instant / unknown: left out
-    fitted = fit_log_ratios(work, scale)
-    assert fitted[len(fitted) // 2] == pytest.approx(-1.0, abs=0.03)
-    assert np.diff(fitted).min() >= 0 and np.isfinite(fitted).all()
+    x, r = fit_history(work, scale, window)
+    assert len(x) == len(r) == STORED_TASKS
+    assert np.diff(x).min() >= 0 and np.isfinite(r).all()
+    assert np.median(r) == pytest.approx(-1.0, abs=0.05)
+    again = fit_history(work, scale, window)
+    assert np.array_equal(again[1], r)  # same seed, same history
     with pytest.raises(ValueError, match="at least 2"):
-        fit_log_ratios(np.array([np.inf, 1.0]), np.array([1.0, 0.0]))
+        fit_history(np.array([np.inf, 1.0]), np.array([1.0, 0.0]), np.array([3, 3]))
+
+
+def test_the_prior_reads_the_history_near_the_task_s_window() -> None:
+    # two kinds of deadline: 10-tick windows whose tasks need about their scale, 100-tick
+    # windows whose tasks need a tenth of it (a padded estimate)
+    x = np.log(np.repeat([10.0, 100.0], 500))
+    r = np.concatenate([np.zeros(500), np.full(500, np.log(0.1))])
+    prior = DeadlinePrior(r, {}, x)
+    near = prior.ratios_of(np.array([9, 110]))
+    assert near.shape == (2, min(NEIGHBOURS, 1000))
+    assert np.median(near[0]) == 0.0 and np.median(near[1]) == pytest.approx(np.log(0.1))
+    flat = DeadlinePrior(np.sort(r), {})  # version 1: one distribution for every window
+    assert np.array_equal(flat.ratios_of(np.array([9, 110]))[0], np.sort(r))
 
 
 def test_remaining_work_is_the_prior_conditioned_on_the_work_done() -> None:
@@ -107,11 +125,15 @@ def test_deadline_informed_serves_each_task_from_arrival_on() -> None:
     assert source.get(_sim([], []), np.zeros(0, np.int64)).samples.shape == (0, 16)
 
 
-def test_a_prior_file_round_trips(tmp_path) -> None:
-    prior = DeadlinePrior(np.linspace(-2.0, 0.5, 9), {"split": "train"})
+@pytest.mark.parametrize("windows", [None, np.log(np.arange(1, 10))])
+def test_a_prior_file_round_trips(tmp_path, windows) -> None:
+    prior = DeadlinePrior(np.linspace(-2.0, 0.5, 9), {"split": "train"}, windows)
     prior.save(tmp_path / "p.json")
     back = DeadlinePrior.load(tmp_path / "p.json")
     assert np.allclose(back.log_ratios, prior.log_ratios) and back.fitted_on == {"split": "train"}
+    assert (back.log_windows is None) == (windows is None)
+    if windows is not None:
+        assert np.allclose(back.log_windows, windows)
 
 
 @pytest.mark.parametrize(
@@ -120,12 +142,17 @@ def test_a_prior_file_round_trips(tmp_path) -> None:
         (None, "no such file"),
         ("{not json", "not JSON"),
         ('{"kind": "mara-policy"}', "expected a file of kind 'mara-deadline-prior'"),
-        ('{"kind": "mara-deadline-prior", "version": 9}', "version 9; expected 1"),
+        ('{"kind": "mara-deadline-prior", "version": 9}', "version 9; expected one of [1, 2]"),
         ('{"kind": "mara-deadline-prior", "version": 1, "fitted_on": {}}', "'log_ratios'"),
         (
             '{"kind": "mara-deadline-prior", "version": 1, "fitted_on": {}, '
             '"log_ratios": [0.5, 0.1]}',
             "ascending order",
+        ),
+        (
+            '{"kind": "mara-deadline-prior", "version": 2, "fitted_on": {}, '
+            '"log_ratios": [0.1, 0.2], "log_windows": [1.0]}',
+            "as many as log_ratios",
         ),
         (
             '{"kind": "mara-deadline-prior", "version": 1, "fitted_on": {}, '
@@ -154,8 +181,11 @@ def test_the_shipped_prior_was_fitted_on_train_tasks_only() -> None:
     wl = sample_workload(config, load_traces(split="val"), np.random.default_rng(5))
     tasks = np.flatnonzero(np.isfinite(wl.work_true) & (wl.work_true > 0))
     scale = deadline_scale(wl, config, tasks)
-    error = np.abs(np.log(scale * np.exp(np.median(prior.log_ratios)) / wl.work_true[tasks]))
-    assert np.median(error) < np.log(2)
+    r = prior.ratios_of(wl.deadline[tasks] - wl.arrival[tasks])
+    error = np.abs(np.log(scale * np.exp(np.median(r, axis=1)) / wl.work_true[tasks]))
+    # the history near each window is closer to the truth than one distribution for all
+    pooled = np.abs(np.log(scale * np.exp(np.median(prior.log_ratios)) / wl.work_true[tasks]))
+    assert np.median(error) < min(np.log(2), np.median(pooled))
 
 
 def test_the_command_fits_and_writes_a_prior(tmp_path, capsys) -> None:
@@ -169,3 +199,16 @@ def test_the_command_fits_and_writes_a_prior(tmp_path, capsys) -> None:
     assert main([*argv, "--force", "--seed", "1"]) == 0
     assert main([*argv[:-2], "--loads", "1,,2", "--out", str(tmp_path / "x.json")]) == 1
     assert "--loads" in capsys.readouterr().err
+
+
+def test_the_command_fits_under_a_cluster_file_s_deadline_model(tmp_path, capsys) -> None:
+    (tmp_path / "blind.yaml").write_text("deadline_model: blind\n")
+    out = tmp_path / "prior.json"
+    argv = ["predictor", "deadline-prior", "--episodes", "2", "--jobs", "none", "--out", str(out)]
+    assert main([*argv, "--cluster", str(tmp_path / "blind.yaml")]) == 0
+    prior = DeadlinePrior.load(out)
+    assert prior.fitted_on["cluster"] == {"deadline_model": "blind"}
+    assert prior.log_windows is not None
+    (tmp_path / "bad.yaml").write_text("load: 2\n")
+    assert main([*argv, "--force", "--cluster", str(tmp_path / "bad.yaml")]) == 1
+    assert "load" in capsys.readouterr().err
