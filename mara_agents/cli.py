@@ -14,6 +14,7 @@ import argparse
 import importlib
 import sys
 
+from mara_agents.commands import checks
 from mara_agents.extras import as_missing_extra, require
 
 # command name -> (module, one-line help)
@@ -99,9 +100,14 @@ def main(argv: list[str] | None = None) -> int:
         if not getattr(args, "_run", None):
             parser.print_help()
             return 2
+        checks.check_paths(parser, args)
+        checks.check_numbers(parser, args)
         if args.command in NEEDS:
             require(NEEDS[args.command])
         return int(args._run(args) or 0)
+    except checks.UsageError as exc:
+        print(f"mara {_command(argv)}: error: {exc}", file=sys.stderr)
+        return 2
     except ImportError as exc:
         missing = as_missing_extra(exc)
         if missing is None:

@@ -5,7 +5,9 @@ reproduce, train, live, predictor evaluate): the folder is new or empty, or it i
 command's own run and ``--resume`` continues it, or ``--force`` replaces a folder a run
 wrote; a lock keeps a second run out while the first writes; names the run will write
 are checked before the run starts.  :func:`prepare_out_file` is the same rule for a
-command that writes one file (export, calibrate).  The files themselves are written with
+command that writes one file, and :func:`claim_file` adds the lock (export, calibrate,
+curves, jobs import, traces import, predictor deadline-prior).  The files themselves are
+written with
 :func:`mara_env.atomic.atomic_write` or :func:`~mara_env.atomic.atomic_path`, which leave
 a whole file or none.
 
@@ -17,6 +19,7 @@ write (``/proc``, for one).  The CLI (:mod:`mara_agents.commands.checks`) and tr
 
 from __future__ import annotations
 
+import atexit
 import fcntl
 import fnmatch
 import json
@@ -150,7 +153,7 @@ def prepare_out(
     made = _first_missing(path)
     path.mkdir(parents=True, exist_ok=True)
     marked = (path / MARKER).exists()
-    fd = _lock(path, option)
+    fd = _lock(path / MARKER, path, option)
     try:
         previous = _record(fd).get("command")
         # hidden entries last: the example the message names is one the user knows
@@ -220,6 +223,57 @@ def prepare_out_file(
     return path
 
 
+class FileClaim:
+    """An output file claimed by one command (from :func:`claim_file`): a lock file beside
+    it (``.NAME.lock``) keeps a second command out until the ``with`` block ends, when the
+    lock file goes."""
+
+    def __init__(self, path: Path, lock: Path, fd: int) -> None:
+        self.path = path
+        self._lock = lock
+        self._fd: int | None = fd
+        atexit.register(self.release)  # a command stopped before its block still tidies up
+
+    def __enter__(self) -> Path:
+        return self.path
+
+    def __exit__(self, kind: object, exc: object, tb: object) -> None:
+        self.release()
+
+    def release(self) -> None:
+        """Let other commands in, removing the lock file."""
+        if self._fd is not None:
+            self._lock.unlink(missing_ok=True)
+            os.close(self._fd)
+            self._fd = None
+            atexit.unregister(self.release)
+
+
+def claim_file(
+    path: str | os.PathLike,
+    *,
+    command: str,
+    force: bool = False,
+    extend: bool = False,
+    option: str = "--out",
+) -> FileClaim:
+    """Claim file ``path`` for ``command`` (e.g. ``"jobs import"``): the rule of
+    :func:`prepare_out_file` (an existing file is replaced only with ``force``, or read
+    and extended with ``extend``), and a lock held until the ``with`` block ends, so that
+    a second command writing the same file stops at once.
+
+    Example::
+
+        with claim_file(args.out, command="mine", force=args.force) as out:
+            atomic_write(out, data)
+    """
+    path = prepare_out_file(path, force=force or extend, option=option)
+    lock = path.parent / f".{path.name}.lock"
+    fd = _lock(lock, path, option)
+    _write_marker(fd, command)
+    return FileClaim(path, lock, fd)
+
+
 def _named(path: str | os.PathLike, option: str, expected: str) -> Path:
     """``path``, unless it is empty (which pathlib would read as the working directory)."""
     if not os.fspath(path).strip():
@@ -236,11 +290,17 @@ def _first_missing(path: Path) -> Path | None:
     return path
 
 
-def _lock(path: Path, option: str) -> int:
-    """The marker's descriptor, locked; OutputError at once if a run holds it."""
-    marker = path / MARKER
+def _lock(marker: Path, path: Path, option: str) -> int:
+    """The descriptor of lock file ``marker``, locked; OutputError naming ``path`` at once
+    if a run holds it."""
     while True:
-        fd = os.open(marker, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fd = os.open(marker, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise OutputError(
+                f"{option} {path}: cannot create its lock {marker.name} ({exc.strerror}); "
+                "expected a writable place with a shorter name"
+            ) from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

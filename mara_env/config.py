@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import types
+import typing
 from dataclasses import dataclass
 from typing import Any
 
@@ -210,3 +212,75 @@ class ClusterConfig:
     def replace(self, **changes: Any) -> ClusterConfig:
         """A copy with some fields changed (validated again)."""
         return dataclasses.replace(self, **changes)
+
+
+def load_cluster_file(
+    path: str | os.PathLike, reserved: dict[str, str] | None = None, option: str = "--cluster"
+) -> dict[str, Any]:
+    """The :class:`ClusterConfig` settings of a cluster file (YAML, as ``mara calibrate``
+    writes it), each key known and of its field's type, checked together; ``reserved``
+    maps the keys a command sets from its own options (``num_nodes`` -> ``--nodes``),
+    which the file may not set.  :class:`ConfigError` names ``option``, the file and the
+    key."""
+    import yaml
+
+    where = f"{option} {os.fspath(path)}"
+    if not os.path.isfile(path):
+        raise ConfigError(f"{where}: no such file (write one with `mara calibrate`)")
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = yaml.safe_load(f)
+    except (yaml.YAMLError, UnicodeDecodeError, OSError) as exc:
+        raise ConfigError(f"{where}: not valid YAML ({' '.join(str(exc).split())})") from None
+    if not isinstance(data, dict) or not all(isinstance(k, str) for k in data):
+        raise ConfigError(f"{where}: expected a mapping of ClusterConfig keys")
+    for key, flag in (reserved or {}).items():
+        if key in data:
+            raise ConfigError(f"{where}: {key!r} is set by {flag}, not by a cluster file")
+    allowed = [f.name for f in dataclasses.fields(ClusterConfig)]
+    unknown = sorted(set(data) - set(allowed))
+    if unknown:
+        raise ConfigError(f"{where}: unknown key(s) {unknown}; allowed keys: {allowed}")
+    hints = typing.get_type_hints(ClusterConfig)
+    for key, value in data.items():
+        if not _typed(value, hints[key]):
+            raise ConfigError(f"{where}: {key}: expected {_expected(hints[key])}, got {value!r}")
+    settings = {k: tuple(v) if isinstance(v, list) else v for k, v in data.items()}
+    try:
+        ClusterConfig(**settings)
+    except ConfigError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+    return settings
+
+
+def _typed(value: Any, hint: Any) -> bool:
+    """Whether a YAML ``value`` is of the field type ``hint`` (a list for a tuple)."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        return any(_typed(value, arm) for arm in args)
+    if origin is tuple:
+        if not isinstance(value, (list, tuple)):
+            return False
+        each = args[:1] * len(value) if args[-1:] == (Ellipsis,) else args
+        return len(each) == len(value) and all(map(_typed, value, each))
+    if hint is type(None):
+        return value is None
+    if hint is bool or isinstance(value, bool):
+        return hint is bool and isinstance(value, bool)
+    if hint is float:
+        return isinstance(value, (int, float))
+    return isinstance(value, hint)
+
+
+def _expected(hint: Any) -> str:
+    """What a field of type ``hint`` takes, in a user's words."""
+    words = {bool: "true or false", int: "an integer", float: "a number", str: "a text"}
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join("null" if a is type(None) else _expected(a) for a in args)
+    if origin is tuple:
+        each = _expected(args[0]).removeprefix("a ").removeprefix("an ") + "s"
+        if args[-1:] == (Ellipsis,):
+            return f"a list of {each}"
+        return f"a pair (low, high) of {each}" if len(args) == 2 else f"a list of {each}"
+    return words.get(hint, str(hint))

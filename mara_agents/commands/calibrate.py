@@ -31,22 +31,32 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from mara_agents.live.calibrate import CalibrationError, calibrate
-    from mara_agents.outputs import OutputError, prepare_out_file
+    from mara_agents.outputs import OutputError, claim_file
     from mara_env.atomic import atomic_write
+    from mara_env.config import ClusterConfig, ConfigError
 
     try:
-        out = prepare_out_file(args.out, force=args.force)
-        fitted = calibrate(args.runs)
+        with claim_file(args.out, command="calibrate", force=args.force) as out:
+            fitted = calibrate(args.runs)
+            try:  # what --cluster will read back: a value it refuses is never written
+                ClusterConfig.from_dict(fitted.settings(), where="fitted")
+            except ConfigError as exc:
+                raise CalibrationError(f"{', '.join(fitted.runs)}: {exc}") from None
+            atomic_write(out, fitted.yaml().encode())
     except (CalibrationError, OutputError) as exc:
         print(f"mara calibrate: error: {exc}", file=sys.stderr)
         return 2
-    atomic_write(out, fitted.yaml().encode())
     alpha = "not fitted (default range kept)" if fitted.alpha is None else f"{fitted.alpha:.3f}"
     print(
         f"reassign_cost {fitted.reassign_cost:.3f} ({fitted.joining} slices with a joining "
         f"node), alpha {alpha} ({fitted.alpha_jobs} jobs at two allocations or more), "
         f"throughput_noise {fitted.throughput_noise:.3f} ({fitted.steady} steady slices)"
     )
+    if fitted.unmeasured:
+        print(
+            f"note: {fitted.unmeasured} slices with a joining node had no setup_s (NaN) and "
+            "were left out of reassign_cost"
+        )
     if fitted.shrinking:
         print(
             f"note: {fitted.shrinking} slices changed workers with none joining (a node left); "

@@ -72,6 +72,175 @@ def seed(text: str) -> int:
     return value
 
 
+# Arguments that name files or folders (argparse dests): checked by :func:`check_paths`
+PATH_ARGUMENTS = (
+    "out",
+    "csv",
+    "ship",
+    "cluster",
+    "traces",
+    "jobs",
+    "file",
+    "files",
+    "runs",
+    "checkpoint",
+    "experiment",
+    "library",
+)
+NAME_MAX = 255  # bytes in one name of a path (Linux, macOS)
+PATH_MAX = 4096  # bytes in a whole path (Linux)
+
+
+def path_problem(path: str | os.PathLike) -> str | None:
+    """Why ``path`` cannot name a file here (not valid UTF-8, a name or the whole too
+    long), as "<what>; expected <what>", or None."""
+    raw = os.fsencode(path)
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return "not valid UTF-8; expected a name in UTF-8"
+    longest = max(raw.split(b"/"), key=len)
+    if len(longest) > NAME_MAX:
+        name = longest.decode()[:20]
+        return (
+            f"a name of {len(longest)} bytes ({name!r}...); expected at most {NAME_MAX} "
+            "bytes in a name"
+        )
+    if len(raw) > PATH_MAX:
+        return f"{len(raw)} bytes long; expected a path of at most {PATH_MAX} bytes"
+    return None
+
+
+def check_paths(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Raise :class:`UsageError` for the first path argument (:data:`PATH_ARGUMENTS`) that
+    cannot name a file (:func:`path_problem`), naming its option."""
+    names = _option_names(parser)
+    for dest in PATH_ARGUMENTS:
+        value = getattr(args, dest, None)
+        for path in value if isinstance(value, list) else [value]:
+            if isinstance(path, (str, os.PathLike)):
+                problem = path_problem(path)
+                if problem is not None:
+                    shown = os.fsdecode(path)[:60] + ("..." if len(os.fsdecode(path)) > 60 else "")
+                    raise UsageError(f"{names.get(dest, dest)} {shown!r}: {problem}")
+
+
+def _option_names(parser: argparse.ArgumentParser) -> dict[str, str]:
+    """Each argument's name as the user wrote it (``--out``, ``FILE``), by dest, in the
+    parser and its sub-commands."""
+    names: dict[str, str] = {}
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                names.update(_option_names(sub))
+        elif action.option_strings:
+            names.setdefault(action.dest, action.option_strings[-1])
+        else:
+            metavar = action.metavar if isinstance(action.metavar, str) else None
+            names.setdefault(action.dest, metavar or action.dest.upper())
+    return names
+
+
+# The range of every number an option takes (low, high; inclusive, ``open`` excludes
+# low), by option: checked by :func:`check_numbers` before any command runs, so a size no
+# machine could hold stops at once.  A test asks that every int or float option is here.
+RANGES: dict[str, tuple[float, float] | tuple[float, float, str]] = {
+    "--nodes": (1, 65_536),
+    "--jobs-nodes": (1, 65_536),
+    "--horizon": (1, 1_000_000),
+    "--episodes": (1, 1_000_000),
+    "--jobs-episodes": (1, 1_000_000),
+    "--seed": (0, 2**32 - 1),
+    "--workers": (1, 1024),
+    "--num-env-runners": (0, 1024),
+    "--threads": (1, 1024),
+    "--verbose": (0, 3),
+    "--smooth": (1, 100_000),
+    "--n": (1, 1_000_000),
+    "--samples": (1, 65_536),
+    "--load": (0, 100, "open"),
+    "--tick-seconds": (0, 86_400, "open"),
+    "--min-duration": (0, 86_400 * 365),
+    "--max-gpu-hours": (0, math.inf, "open"),
+    "--epochs": (0, 1_000_000),
+    "--prior-epochs": (1, 1_000_000),
+    "--batch-size": (1, 1_000_000),
+    "--prefixes-per-trace": (1, 100_000),
+    "--prior-prefixes": (1, 100_000),
+    "--synthetic": (0, 10_000_000),
+    "--prior-curves": (0, 10_000_000),
+    "--hidden": (1, 65_536),
+    "--depth": (1, 1024),
+    "--lr": (0, 10, "open"),
+    "--prior-lr": (0, 10, "open"),
+    "--sim-like": (0, 1),
+    "--max-minutes": (0, 525_600, "open"),
+}
+# What one task of an episode holds in memory, generously (workload, simulator state,
+# predictions); an episode whose tasks would need more than the machine has is refused.
+TASK_BYTES = 2048
+
+
+def numeric_options(parser: argparse.ArgumentParser) -> dict[str, str]:
+    """The int and float options of ``parser`` and its sub-commands: dest -> option."""
+    found: dict[str, str] = {}
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                found.update(numeric_options(sub))
+        elif action.type in (int, float) and action.option_strings:
+            found[action.dest] = action.option_strings[-1]
+    return found
+
+
+def in_range(value: float, option: str) -> float:
+    """``value``, unless it is outside ``option``'s range in :data:`RANGES`."""
+    low, high, *open_ = RANGES[option]
+    kind = "an integer" if isinstance(value, int) else "a number"
+    above = value > low if open_ else value >= low
+    expected = f"{kind} in {'(' if open_ else '['}{_number(low)}, {_number(high)}]"
+    check(math.isfinite(value) or value == high, option, value, expected)
+    check(above and value <= high, option, value, expected)
+    return value
+
+
+def check_numbers(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Raise :class:`UsageError` for the first number outside its option's range."""
+    for dest, option in numeric_options(parser).items():
+        value = getattr(args, dest, None)
+        if value is not None and option in RANGES:
+            in_range(value, option)
+
+
+def check_memory(config: object, option: str = "--nodes and --horizon") -> None:
+    """Raise :class:`UsageError` when an episode of ``config`` (a ClusterConfig) would hold
+    more tasks than this machine's memory, with the figure."""
+    from mara_env.workload import arrival_rate
+
+    tasks = arrival_rate(config) * config.horizon
+    need = tasks * TASK_BYTES
+    have = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    if need > have:
+        raise UsageError(
+            f"{option} ({config.num_nodes} nodes, {config.horizon} ticks, load "
+            f"{config.load:g}): an episode would hold about {tasks:.3g} tasks, about "
+            f"{_size(need)} of memory; this machine has {_size(have)}: expected fewer nodes, "
+            "ticks or a lower load"
+        )
+
+
+def _number(x: float) -> str:
+    return str(int(x)) if math.isfinite(x) and x == int(x) else f"{x:g}"
+
+
+def _size(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if n < 1024 or unit == "PiB":
+            return f"{n:.3g} {unit}"
+        n /= 1024
+    return f"{n:.3g} PiB"
+
+
 def check_output_dir(path: str | os.PathLike, option: str = "--out", label: object = None) -> None:
     """Raise :class:`UsageError` unless new files can be written in directory ``path``
     (which may not exist yet); messages show ``label`` (default: ``path``) as the value.
@@ -168,21 +337,32 @@ CLUSTER_FLAGS = {
 }
 
 
+def replay_line(config: object, option: str = "--loads") -> str:
+    """The line on what a replayed job trace (``config.jobs``, a ClusterConfig's) replays
+    at ``config.load``; :class:`UsageError` naming ``--jobs`` and ``option`` if the table
+    cannot be read or no day carries the load."""
+    from mara_env.job_logs import JobsError
+    from mara_env.replay import replay_summary
+
+    try:
+        return replay_summary(config)
+    except JobsError as exc:
+        raise UsageError(f"--jobs {config.jobs} at {option} {config.load:g}: {exc}") from None
+
+
 def cluster_from_args(args: argparse.Namespace, loads: list[float], option: str) -> tuple:
     """The cluster of the shared options, checked at each of ``loads`` (given as
     ``option``), and its traces, loaded now so that a bad library stops the command before
     any episode runs; a replayed job trace (``--jobs``) is checked to carry every load, and
     a line on what it replays is printed."""
-    from mara_env.config import ClusterConfig, ConfigError
-    from mara_env.job_logs import JobsError
-    from mara_env.replay import replay_summary
+    import numpy as np
+
+    from mara_env.config import ClusterConfig, ConfigError, load_cluster_file
     from mara_env.traces import load_traces
 
     fitted = {}
     if args.cluster is not None:
-        from mara_agents.live.calibrate import read_cluster_file
-
-        fitted = read_cluster_file(args.cluster, CLUSTER_FLAGS)
+        fitted = load_cluster_file(args.cluster, CLUSTER_FLAGS)
     try:
         config = ClusterConfig(
             **fitted,
@@ -201,9 +381,18 @@ def cluster_from_args(args: argparse.Namespace, loads: list[float], option: str)
             at_load = config.replace(load=load)
         except ConfigError as exc:
             raise UsageError(f"{option}: {exc}") from None
+        if config.jobs is None:
+            check_memory(at_load)
         if config.jobs is not None:
-            try:
-                print(replay_summary(at_load))
-            except JobsError as exc:
-                raise UsageError(f"--jobs {args.jobs} at {option} {load:g}: {exc}") from None
-    return config, load_traces(config.traces, split=config.split)
+            print(replay_line(at_load, option))
+    traces = load_traces(config.traces, split=config.split)
+    if config.families:  # set by --cluster: every family named must be in the split
+        known = sorted(set(traces.families))
+        unknown = [f for f in config.families if f not in known]
+        if unknown:
+            raise UsageError(
+                f"--cluster {args.cluster}: families: {unknown} not in the {config.split} "
+                f"split of the trace library; expected some of {known}"
+            )
+        traces = traces.subset(np.isin(traces.families, config.families))
+    return config, traces

@@ -47,6 +47,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _trial(arg: str) -> tuple[str, Path]:
+    """The label and trial directory of ``[LABEL=]TRIAL_DIR``, its result.json read whole."""
+    from mara_agents.training.curves import _result_rows
+
     label, sep, path = arg.partition("=")
     trial = Path(path if sep else arg)
     if trial.is_dir() and not (trial / "result.json").is_file():
@@ -55,15 +58,31 @@ def _trial(arg: str) -> tuple[str, Path]:
             trial = found[0].parent
     if not (trial / "result.json").is_file():
         raise ValueError(f"{arg}: no result.json in {trial} (expected a trial directory)")
+    try:
+        _result_rows(trial)
+    except (ValueError, UnicodeDecodeError, OSError) as exc:
+        why = " ".join(str(exc).split())
+        raise ValueError(
+            f"{trial / 'result.json'}: not readable ({why}); expected one JSON object a line, "
+            "as `mara train` writes it (half-written?)"
+        ) from None
     return (label if sep else trial.parent.name), trial  # default: the run's name
 
 
 def run(args: argparse.Namespace) -> int:
-    from mara_agents.outputs import prepare_out_file
+    from mara_agents.outputs import claim_file
     from mara_agents.training.curves import compare_runs
 
     try:
         runs = [_trial(a) for a in args.runs]
+        for i, (label, trial) in enumerate(runs):
+            for other, (label_before, trial_before) in zip(args.runs, runs[:i]):
+                if label == label_before or trial.resolve() == trial_before.resolve():
+                    same = "label" if label == label_before else "trial"
+                    raise ValueError(
+                        f"{args.runs[i]!r}: the same {same} as {other!r}; give each run once, "
+                        "each under its own label"
+                    )
         refs = {}
         for ref in args.reference:
             name, sep, value = ref.partition("=")
@@ -73,14 +92,19 @@ def run(args: argparse.Namespace) -> int:
                 refs[name] = float(value)
             except ValueError:
                 raise ValueError(f"--reference {ref!r}: {value!r} is not a number") from None
-        if args.smooth < 1:
-            raise ValueError(f"--smooth {args.smooth}: expected an integer >= 1")
-        out = prepare_out_file(args.out, force=args.force)
-        csv = args.csv or out.with_suffix(".csv")
-        csv = prepare_out_file(csv, force=args.force, option="--csv")
+        csv = Path(args.csv) if args.csv else Path(args.out).with_suffix(".csv")
+        if csv.resolve() == Path(args.out).resolve():
+            raise ValueError(
+                f"--csv {csv}: the same file as --out {args.out}; expected two files, the "
+                "figure and its points"
+            )
+        with (
+            claim_file(args.out, command="curves", force=args.force) as out,
+            claim_file(csv, command="curves", force=args.force, option="--csv") as csv,
+        ):
+            compare_runs(runs, out, csv, refs, args.smooth)
     except ValueError as exc:  # OutputError is one
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"mara curves: error: {exc}", file=sys.stderr)
         return 2
-    compare_runs(runs, out, csv, refs, args.smooth)
     print(f"wrote {out}, {csv}")
     return 0

@@ -68,16 +68,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def checked_args(args: argparse.Namespace) -> dict[str, Any]:
     """The keyword arguments of :func:`~mara_agents.evaluation.runner.evaluate`, checked."""
-    from mara_agents.evaluation.registry import expand_alias
+    from mara_agents.evaluation.registry import check_distinct
     from mara_agents.evaluation.report import default_reference
 
     specs, loads, seeds = checks.run_lists(args)
-    for i, spec in enumerate(specs):
-        same = next((s for s in specs[:i] if expand_alias(s) == expand_alias(spec)), None)
-        if same is not None:
-            raise checks.UsageError(
-                f"--schedulers: {spec!r} names the same scheduler as {same!r}; give each once"
-            )
+    check_distinct(specs)
     if args.reference is not None and args.reference not in specs:
         raise checks.UsageError(
             f"--reference: {args.reference!r} is not one of --schedulers {specs}; expected "

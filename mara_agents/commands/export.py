@@ -35,7 +35,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from mara_agents.commands import checks
-    from mara_agents.outputs import OutputError, prepare_out_file
+    from mara_agents.outputs import OutputError, claim_file
     from mara_agents.policy.inference import load_policy
     from mara_agents.policy.policy_file import PolicyFileError
     from mara_agents.training.experiment import load_experiment
@@ -60,11 +60,11 @@ def run(args: argparse.Namespace) -> int:
             )
         if checkpoint.is_file():
             warm_start_state(checkpoint)  # a file of another kind is named before any work
-        prepare_out_file(args.out, force=args.force)
-        if checkpoint.is_file():
-            path = export_warm_start(checkpoint, load_experiment(args.experiment), args.out)
-        else:
-            path = export_checkpoint(checkpoint, args.out)
+        with claim_file(args.out, command="export", force=args.force) as out:
+            if checkpoint.is_file():
+                path = export_warm_start(checkpoint, load_experiment(args.experiment), out)
+            else:
+                path = export_checkpoint(checkpoint, out)
     except (checks.UsageError, ConfigError, FileNotFoundError, PolicyFileError, OutputError) as exc:
         print(f"mara export: error: {exc}", file=sys.stderr)
         return 2

@@ -22,7 +22,6 @@ the file, the row and the column, and nothing is written.
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 from pathlib import Path
 
@@ -36,8 +35,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     i.add_argument("file", type=Path, help="the job log (CSV; philly also JSON, csv also Parquet)")
     i.add_argument(
-        "--out", type=Path, required=True, help="jobs table (.parquet) to write, atomically"
+        "--out",
+        type=Path,
+        required=True,
+        help="jobs table (.parquet) to write, atomically: a new name (or --force)",
     )
+    i.add_argument("--force", action="store_true", help="replace OUT if it exists")
     i.add_argument(
         "--format",
         default="philly",
@@ -84,7 +87,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run_import(args: argparse.Namespace) -> int:
-    from mara_agents.commands.checks import UsageError, check, output_file
+    from mara_agents.commands.checks import UsageError, check
+    from mara_agents.outputs import OutputError, claim_file
     from mara_env.job_logs import (
         Filters,
         JobsError,
@@ -96,21 +100,14 @@ def run_import(args: argparse.Namespace) -> int:
 
     try:
         check(args.out.suffix in (".parquet", ".pq"), "--out", args.out, "a .parquet file path")
-        output_file(args.out)
-        check(
-            math.isfinite(args.min_duration) and args.min_duration >= 0,
-            "--min-duration",
-            args.min_duration,
-            "a number of seconds >= 0",
-        )
-        check(args.max_gpu_hours > 0, "--max-gpu-hours", args.max_gpu_hours, "a number > 0")
         if (args.map is not None) != (args.format == "csv"):
             raise UsageError("--map goes with --format csv, and --format csv needs --map")
         mapping = parse_map(args.map) if args.map is not None else None
         filters = Filters(min_duration_s=args.min_duration, max_gpu_hours=args.max_gpu_hours)
-        imported = read_job_log(args.file, args.format, mapping, filters)
-        write_jobs(imported.table, args.out)
-    except (UsageError, JobsError) as exc:
+        with claim_file(args.out, command="jobs import", force=args.force):
+            imported = read_job_log(args.file, args.format, mapping, filters)
+            write_jobs(imported.table, args.out)
+    except (UsageError, JobsError, OutputError) as exc:
         print(f"mara jobs import: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:  # the table could not be written (nothing half-written)
@@ -123,13 +120,12 @@ def run_import(args: argparse.Namespace) -> int:
 def run_info(args: argparse.Namespace) -> int:
     import numpy as np
 
-    from mara_agents.commands.checks import UsageError, at_least
+    from mara_agents.commands.checks import UsageError
     from mara_env.config import ClusterConfig, ConfigError
     from mara_env.job_logs import JobsError, jobs_path, read_jobs, summary_lines
     from mara_env.replay import day_loads
 
     try:
-        at_least(args.nodes, "--nodes", 1)
         table = read_jobs(args.jobs)
         config = ClusterConfig(jobs=args.jobs, num_nodes=args.nodes, split="all")
         dates, loads = day_loads(config)

@@ -94,7 +94,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from mara_agents.commands import checks
-    from mara_agents.evaluation.registry import SpecError, check_spec, expand_alias
+    from mara_agents.evaluation.registry import (
+        SpecError,
+        check_distinct,
+        check_spec,
+        expand_alias,
+    )
     from mara_agents.outputs import OutputError, prepare_out
     from mara_agents.reproduce import reproduce
     from mara_env.config import ClusterConfig, ConfigError
@@ -103,6 +108,7 @@ def run(args: argparse.Namespace) -> int:
         specs, loads, seeds = checks.run_lists(args)
         for spec in specs:  # before the predictor's evaluation, the first step
             check_spec(expand_alias(spec))
+        check_distinct(specs)
         for load in loads:
             ClusterConfig(load=load)  # (0, 100], finite: one message naming the value
         jobs = None if args.jobs == "none" else args.jobs

@@ -62,7 +62,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--out",
         type=Path,
         required=True,
-        help="library (Parquet) to create or extend; written atomically",
+        help="library (Parquet or CSV) to create, or to extend keeping every column it "
+        "holds; written atomically",
     )
     i.add_argument(
         "--tag",
@@ -88,7 +89,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run_collect(args: argparse.Namespace) -> int:
-    from mara_agents.commands.checks import UsageError, at_least, check, output_file
+    from mara_agents.commands.checks import UsageError, check, output_file
     from mara_agents.extras import require
 
     require("collect")
@@ -96,11 +97,8 @@ def run_collect(args: argparse.Namespace) -> int:
         if args.family is not None:
             if args.n is None:
                 raise UsageError("--n is required with --family")
-            at_least(args.n, "--n", 1)
         elif args.n is not None or args.stream != "v1":
             raise UsageError("--n and --stream need --family (without it the recipe decides)")
-        at_least(args.workers, "--workers", 1)
-        at_least(args.seed, "--seed", 0)
         for path, flag in ((args.out, "--out"), (args.ship, "--ship")):
             if path is not None:
                 check(path.suffix in (".parquet", ".pq"), flag, path, "a .parquet file path")
@@ -137,11 +135,13 @@ def run_collect(args: argparse.Namespace) -> int:
 
 
 def run_import(args: argparse.Namespace) -> int:
+    from mara_agents.outputs import OutputError, claim_file
     from mara_env.traces import TraceError, import_traces
 
     try:
-        df = import_traces(args.files, args.out, tag=args.tag)
-    except TraceError as exc:
+        with claim_file(args.out, command="traces import", extend=True):
+            df = import_traces(args.files, args.out, tag=args.tag)
+    except (TraceError, OutputError) as exc:
         print(f"mara traces import: {exc}", file=sys.stderr)
         return 1
     except OSError as exc:  # the library could not be written (nothing half-written)

@@ -79,7 +79,6 @@ def run(args: argparse.Namespace) -> int:
     from mara_env.config import ConfigError
 
     try:
-        checks.check(0 <= args.verbose <= 3, "--verbose", args.verbose, "a Tune verbosity 0-3")
         exp = load_experiment(args.experiment)
         if args.jobs is not None:
             jobs = None if args.jobs == "none" else args.jobs

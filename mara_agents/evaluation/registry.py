@@ -22,6 +22,7 @@ from __future__ import annotations
 import functools
 import importlib
 import inspect
+import os
 import types
 import typing
 from collections.abc import Callable
@@ -287,6 +288,41 @@ def check_spec(spec: str) -> None:
         raise
     except (ValueError, OSError) as exc:
         raise SpecError(f"{spec}: {exc}") from None
+
+
+def spec_key(spec: str) -> tuple:
+    """What ``spec`` runs, as a comparable key: the scheduler or bound with every
+    parameter's value (given, typed, or its default), or an agent's prefix and argument (a
+    file's real path); two specs with the same key run the same thing."""
+    spec = expand_alias(spec)
+    if is_agent_spec(spec):
+        prefix, _, arg = spec.partition("=")
+        return (prefix, os.path.realpath(arg) if arg and os.path.exists(arg) else arg)
+    name, *params = spec.split(":")
+    if is_bound_spec(spec):
+        function, skip = _function(BOUNDS[name]), 3
+    else:
+        function, skip = _scheduler_class(name), 0
+    values = {
+        n: p.default
+        for n, p in list(inspect.signature(function).parameters.items())[skip:]
+        if p.default is not p.empty
+    }
+    values.update(_scheduler_kwargs(spec, function, params, skip=skip))
+    numbers = {k: float(v) for k, v in values.items() if type(v) in (int, float)}
+    return (name, tuple(sorted((k, repr(v)) for k, v in {**values, **numbers}.items())))
+
+
+def check_distinct(specs: list[str], option: str = "--schedulers") -> None:
+    """Raise :class:`SpecError` naming two of ``specs`` that run the same thing."""
+    seen: dict[tuple, str] = {}
+    for spec in specs:
+        key = spec_key(spec)
+        if key in seen:
+            raise SpecError(
+                f"{option}: {spec!r} names the same scheduler as {seen[key]!r}; give each once"
+            )
+        seen[key] = spec
 
 
 def _scheduler_agent(name: str) -> Agent:

@@ -49,6 +49,7 @@ class Calibration:
     joining: int  # slices with a joining node (reassign_cost)
     alpha_jobs: int  # jobs (per run) seen steady at two allocations or more
     shrinking: int  # changed slices with no joining node: a cost the simulator does not charge
+    unmeasured: int = 0  # slices with a joining node but no setup_s (NaN): left out
 
     def settings(self) -> dict[str, object]:
         """The ClusterConfig keys it fits (``alpha_range`` only if it could be fitted)."""
@@ -130,12 +131,15 @@ def calibrate(runs: list[str | Path]) -> Calibration:
         if name in names[:i]:
             raise CalibrationError(f"{name}: given twice; give each run once")
     costs, steady_parts = [], []
-    shrinking = 0
+    shrinking = unmeasured = 0
     for i, run in enumerate(runs):
         slices, tick = read_run(run)
         ok = slices[(slices["status"] == "ok") & ~_bools(slices["passed"])]
         fresh = _bools(ok["fresh"])
         joining = ok[fresh & (ok["joined"] > 0) & (ok["nodes"] > 0)]
+        measured = np.isfinite(joining["setup_s"].to_numpy(np.float64))
+        unmeasured += int((~measured).sum())
+        joining = joining[measured]
         share = joining["nodes"] * joining["setup_s"] / (tick * joining["joined"])
         costs += share.clip(0.0, 1.0).tolist()
         shrinking += int((fresh & (ok["joined"] == 0)).sum())
@@ -148,8 +152,10 @@ def calibrate(runs: list[str | Path]) -> Calibration:
             "nothing to fit the throughput from; run longer or with more ticks"
         )
     if not costs:
+        why = f" and a measured setup_s ({unmeasured} have none)" if unmeasured else ""
         raise CalibrationError(
-            f"{', '.join(names)}: no slice with a joining node: nothing to fit reassign_cost from"
+            f"{', '.join(names)}: no slice with a joining node{why}: nothing to fit "
+            "reassign_cost from"
         )
     alpha, alpha_jobs = _alpha(steady)
     return Calibration(
@@ -161,6 +167,7 @@ def calibrate(runs: list[str | Path]) -> Calibration:
         joining=len(costs),
         alpha_jobs=alpha_jobs,
         shrinking=shrinking,
+        unmeasured=unmeasured,
     )
 
 
@@ -192,35 +199,3 @@ def _noise(steady: pd.DataFrame) -> float:
     if dof <= 0:
         return 0.0
     return float(np.sqrt(((ratio[sizes > 1] - 1.0) ** 2).sum() / dof))
-
-
-def read_cluster_file(path: str | Path, flags: dict[str, str]) -> dict[str, object]:
-    """The ClusterConfig keys of a cluster file (what :func:`calibrate` writes, or any of
-    ``ClusterConfig``'s keys), checked; ``flags`` maps the keys a command sets from its
-    own options (``num_nodes`` -> ``--nodes``), which the file may not set."""
-    import yaml
-
-    from mara_env.config import ClusterConfig, ConfigError
-
-    path = Path(path)
-    if not path.is_file():
-        raise CalibrationError(f"--cluster {path}: no such file (write one with `mara calibrate`)")
-    try:
-        data = yaml.safe_load(path.read_text())
-    except (yaml.YAMLError, UnicodeDecodeError, OSError) as exc:
-        why = " ".join(str(exc).split())
-        raise CalibrationError(f"--cluster {path}: not valid YAML ({why})") from None
-    if not isinstance(data, dict) or not all(isinstance(k, str) for k in data):
-        raise CalibrationError(f"--cluster {path}: expected a mapping of ClusterConfig keys")
-    for key, flag in flags.items():
-        if key in data:
-            raise CalibrationError(
-                f"--cluster {path}: {key!r} is set by {flag}, not by a cluster file"
-            )
-    try:
-        ClusterConfig.from_dict(data, where=f"--cluster {path}")
-    except (ConfigError, TypeError) as exc:
-        why = str(exc).splitlines()[0]
-        where = "" if why.startswith("--cluster") else f"--cluster {path}: "
-        raise CalibrationError(f"{where}{why}") from None
-    return {k: tuple(v) if isinstance(v, list) else v for k, v in data.items()}
