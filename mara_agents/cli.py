@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import signal
 import sys
 
 from mara_agents.commands import checks
@@ -91,9 +92,20 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
     return parser
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the command was, so that it stops as after Ctrl-C: its
+    ``finally`` blocks remove temporary files and release locks."""
+
+
+def _terminate(signum: int, frame: object) -> None:
+    raise Terminated
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``mara`` console script."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    args = None
+    previous = signal.signal(signal.SIGTERM, _terminate)
     try:
         parser = build_parser(argv)
         args = parser.parse_args(argv)
@@ -114,9 +126,17 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"mara {_command(argv)}: {missing}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:
+        stopped = "stopped by SIGTERM" if isinstance(exc, Terminated) else "interrupted"
+        again = (
+            "rerun with --resume to continue, or --force to start again"
+            if hasattr(args, "resume")
+            else "rerun it"
+        )
+        print(f"mara {_command(argv)}: {stopped}; {again}", file=sys.stderr)
+        return 143 if isinstance(exc, Terminated) else 130
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 if __name__ == "__main__":

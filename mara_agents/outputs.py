@@ -126,6 +126,7 @@ def prepare_out(
     files: Sequence[str] = (),
     dirs: Sequence[str] = (),
     option: str = "--out",
+    settings: dict | None = None,
 ) -> RunDir:
     """Claim folder ``path`` for a run of ``command`` (e.g. ``"evaluate"``) or raise
     :class:`OutputError` with one line naming it and the choices.
@@ -139,7 +140,8 @@ def prepare_out(
     (names in ``path``, glob patterns allowed) are what the run will write: one of them
     found as the other kind is refused now, not after the run.  Use the result as a
     context manager (or keep it and call :meth:`RunDir.release`): the lock is held until
-    then, and a run that fails having written nothing leaves no trace.
+    then, and a run that fails having written nothing leaves no trace.  ``settings`` (JSON
+    values) are recorded with the run; ``resume`` continues only a run of the same ones.
 
     Example::
 
@@ -155,7 +157,8 @@ def prepare_out(
     marked = (path / MARKER).exists()
     fd = _lock(path / MARKER, path, option)
     try:
-        previous = _record(fd).get("command")
+        record = _record(fd)
+        previous = record.get("command")
         # hidden entries last: the example the message names is one the user knows
         entries = sorted(
             (p.name for p in path.iterdir() if p.name != MARKER),
@@ -170,6 +173,7 @@ def prepare_out(
                         f"`mara {command}`: nothing to resume there; choose a new name, or "
                         "--force to replace it"
                     )
+                _same_settings(record.get("settings"), settings, path, option)
                 resumed = True
             elif force:
                 _empty(path, entries, previous, (*files, *dirs), option)
@@ -187,7 +191,7 @@ def prepare_out(
                     "--force to replace it"
                 )
         _check_kinds(path, files, dirs, option)
-        _write_marker(fd, command)
+        _write_marker(fd, command, settings)
     except BaseException:
         if not marked:  # leave the folder as it was found
             (path / MARKER).unlink(missing_ok=True)
@@ -331,8 +335,24 @@ def _record(fd: int) -> dict:
     return record if isinstance(record, dict) else {}
 
 
-def _write_marker(fd: int, command: str) -> None:
+def _same_settings(before: dict | None, now: dict | None, path: Path, option: str) -> None:
+    """Refuse to resume a run whose recorded settings differ from ``now``, naming one."""
+    if now is None or before is None:
+        return
+    now = json.loads(json.dumps(now, default=str))
+    for key in sorted(set(before) | set(now)):
+        if before.get(key) != now.get(key):
+            raise OutputError(
+                f"{option} {path}: holds a run with {key}={before.get(key)!r}, not "
+                f"{now.get(key)!r}; --resume continues the same run: give the same options, "
+                "or --force to replace it"
+            )
+
+
+def _write_marker(fd: int, command: str, settings: dict | None = None) -> None:
     record = {"command": command, "pid": os.getpid(), "started": time.strftime("%FT%T%z")}
+    if settings is not None:
+        record["settings"] = json.loads(json.dumps(settings, default=str))
     os.ftruncate(fd, 0)
     os.lseek(fd, 0, os.SEEK_SET)
     os.write(fd, (json.dumps(record) + "\n").encode())

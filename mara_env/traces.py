@@ -34,7 +34,7 @@ def read_table(
     path: Path, error: type[ValueError] = TraceError, text: bool = False
 ) -> pd.DataFrame:
     """A Parquet or CSV table (``text``: CSV cells as text, empty ones missing) with its
-    header names stripped of spaces; ``error``, one line naming ``path``, if it cannot be
+    header names stripped of spaces (and a CSV's cells of those after a comma); ``error``, one line naming ``path``, if it cannot be
     read or a header name is empty or given twice."""
     if path.suffix in (".parquet", ".pq"):
         try:
@@ -43,8 +43,8 @@ def read_table(
             raise error(f"{path}: not a readable Parquet file ({_first_line(exc)})") from None
     else:
         options = {"dtype": str, "keep_default_na": False, "na_values": [""]} if text else {}
-        try:
-            df = pd.read_csv(path, **options)
+        try:  # a space after a comma (``loss, split``) is not part of the name or value
+            df = pd.read_csv(path, skipinitialspace=True, **options)
         except pd.errors.EmptyDataError:
             raise error(f"{path}: the file has no header; expected a CSV table") from None
         except Exception as exc:

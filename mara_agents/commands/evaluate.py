@@ -56,7 +56,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--workers", type=int, default=None, help="worker processes (default: all CPU cores)"
     )
-    parser.add_argument("--out", required=True, help="output directory: new or empty (or --force)")
+    parser.add_argument(
+        "--out", required=True, help="output directory: new or empty (or --resume, --force)"
+    )
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the evaluation in OUT (stopped, or finished): the episodes it ran are "
+        "kept and only those missing run; the options must be those it ran with",
+    )
     checks.add_force_argument(parser)
     parser.add_argument(
         "--address",
@@ -100,17 +108,33 @@ def checked_args(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
+    import dataclasses
+
     from mara_agents.evaluation.registry import SpecError
     from mara_agents.evaluation.report import summary_markdown
-    from mara_agents.evaluation.runner import evaluate
+    from mara_agents.evaluation.runner import PARTIAL, evaluate
     from mara_agents.outputs import prepare_out
     from mara_env.config import ConfigError
     from mara_env.traces import TraceError
 
     try:
         kwargs = checked_args(args)
-        with prepare_out(args.out, command="evaluate", force=args.force, files=FILES, dirs=("tb",)):
-            df = evaluate(**kwargs)
+        settings = {k: kwargs[k] for k in ("specs", "loads", "episodes", "seeds")}
+        settings["config"] = dataclasses.asdict(kwargs["config"])
+        run_dir = prepare_out(
+            args.out,
+            command="evaluate",
+            force=args.force,
+            resume=args.resume,
+            resumable=True,
+            files=(*FILES, PARTIAL),
+            dirs=("tb",),
+            settings=settings,
+        )
+        with run_dir:
+            if run_dir.resumed:  # the reports are written again: only the episodes are kept
+                run_dir.clear(keep=(PARTIAL, "results.csv"))
+            df = evaluate(**kwargs, resume=run_dir.resumed)
     except (SpecError, ConfigError, TraceError, ValueError) as exc:
         print(f"mara evaluate: error: {exc}", file=sys.stderr)
         return 2

@@ -15,9 +15,11 @@ import math
 import multiprocessing
 import os
 import sys
+import time
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -38,6 +40,7 @@ from mara_agents.evaluation.registry import (
 )
 from mara_agents.evaluation.report import REFERENCE, write_outputs
 from mara_agents.evaluation.stats import COLUMNS, FAMILY_PREFIXES, METRICS
+from mara_env.atomic import atomic_write
 from mara_env.cluster import ClusterState
 from mara_env.config import ClusterConfig
 from mara_env.schedulers import Scheduler, run_episode
@@ -193,9 +196,15 @@ def _run_on_ray(
 
 
 def make_jobs(
-    specs: Sequence[str], loads: Sequence[float], episodes: int, seeds: Sequence[int], chunk: int
+    specs: Sequence[str],
+    loads: Sequence[float],
+    episodes: int,
+    seeds: Sequence[int],
+    chunk: int,
+    done: frozenset[tuple[str, float, int]] = frozenset(),
 ) -> list[Job]:
-    """Work split into chunks of at most ``chunk`` episodes."""
+    """Work split into chunks of at most ``chunk`` episodes, but those in ``done``
+    (spec, load, episode index)."""
     jobs = []
     for spec in specs:
         for load in loads:
@@ -203,6 +212,7 @@ def make_jobs(
                 (j * episodes + i, s, episode_seed(s, load, i))
                 for j, s in enumerate(seeds)
                 for i in range(episodes)
+                if (spec, float(load), j * episodes + i) not in done
             ]
             for a in range(0, len(eps), chunk):
                 jobs.append(Job(spec, float(load), tuple(eps[a : a + chunk])))
@@ -221,6 +231,7 @@ def evaluate(
     progress: bool = True,
     address: str | None = None,
     reference: str = REFERENCE,
+    resume: bool = False,
 ) -> pd.DataFrame:
     """Run every spec on the same episodes; one row per spec x load x episode.
 
@@ -231,6 +242,10 @@ def evaluate(
     differences are against ``reference``, one of ``specs`` as given).
     With ``address`` the episodes run as Ray tasks on that cluster (``"auto"``, or
     ``host:port`` of a head started with ``ray start --head``); results are identical.
+
+    With ``out_dir``, the episodes run so far are kept in :data:`PARTIAL` there until the
+    reports are written (also when the run is stopped); ``resume`` reuses the rows that
+    file (or a finished run's ``results.csv``) holds and runs only the episodes missing.
     """
     names = list(specs)
     specs = [expand_alias(s) for s in specs]
@@ -244,30 +259,26 @@ def evaluate(
     workers = max(1, int(workers or os.cpu_count() or 1))
     total = len(specs) * len(loads) * episodes * len(seeds)
     chunk = max(1, min(8, math.ceil(episodes * len(seeds) / max(1, 2 * workers))))
-    jobs = make_jobs(specs, loads, episodes, seeds, chunk)
+    kept = Kept(out_dir, resume, dict(zip(names, specs)))
+    jobs = make_jobs(specs, loads, episodes, seeds, chunk, kept.done())
     bar = _progress_bar(total, progress)
-    rows: list[dict] = []
-    if address is not None:
-        rows = _run_on_ray(jobs, config, traces, address, bar)
-    elif workers == 1:
-        _init_worker(config, traces)
-        for job in jobs:
-            rows += _run_job(job)
-            bar.update(len(job.episodes))
-    else:
-        # forkserver, not fork: a parent that has run torch (a policy, the flow model) holds
-        # an intra-op thread pool, and a forked child that uses torch can hang on it.
-        pool = ProcessPoolExecutor(
-            workers,
-            mp_context=multiprocessing.get_context("forkserver"),
-            initializer=_init_worker,
-            initargs=(config, traces),
-        )
-        with pool as ex:
-            for job, got in zip(jobs, ex.map(_run_job, jobs)):
-                rows += got
+    bar.update(len(kept.rows))
+    try:
+        if address is not None:
+            kept.add(_run_on_ray(jobs, config, traces, address, bar))
+        elif workers == 1:
+            _init_worker(config, traces)
+            for job in jobs:
+                kept.add(_run_job(job))
                 bar.update(len(job.episodes))
-    bar.close()
+        else:
+            _run_in_pool(jobs, config, traces, workers, kept, bar)
+    except BaseException:  # stopped (Ctrl-C, SIGTERM) or failed: what ran is kept
+        kept.save()
+        raise
+    finally:
+        bar.close()
+    rows = kept.rows
     extra = [k for k in dict.fromkeys(k for r in rows for k in r) if k not in COLUMNS]
     df = pd.DataFrame(rows, columns=[*COLUMNS, *extra])
     df["scheduler"] = df["scheduler"].map(dict(zip(specs, names)))
@@ -278,7 +289,86 @@ def evaluate(
     _warn_empty_episodes(df)
     if out_dir is not None:
         write_outputs(df, out_dir, reference)
+        kept.finish()
     return df
+
+
+def _run_in_pool(
+    jobs: list[Job],
+    config: ClusterConfig,
+    traces: TraceSet | None,
+    workers: int,
+    kept: Kept,
+    bar: Any,
+) -> None:
+    """Run the jobs in ``workers`` processes; a stopped run stops them at once, rather than
+    waiting for the episodes queued (as leaving the executor's block would)."""
+    # forkserver, not fork: a parent that has run torch (a policy, the flow model) holds
+    # an intra-op thread pool, and a forked child that uses torch can hang on it.
+    pool = ProcessPoolExecutor(
+        workers,
+        mp_context=multiprocessing.get_context("forkserver"),
+        initializer=_init_worker,
+        initargs=(config, traces),
+    )
+    try:
+        for job, got in zip(jobs, pool.map(_run_job, jobs)):
+            kept.add(got)
+            bar.update(len(job.episodes))
+    except BaseException:
+        processes = list((pool._processes or {}).values())  # no public handle on them
+        pool.shutdown(wait=False, cancel_futures=True)
+        for process in processes:
+            process.terminate()
+        raise
+    pool.shutdown()
+
+
+# The episodes an evaluation has run so far, kept in its --out until the reports are
+# written: what `mara evaluate --resume` continues from.
+PARTIAL = "results.partial.csv"
+SAVE_EVERY_S = 10.0
+
+
+class Kept:
+    """The rows of the episodes run (those of an earlier run of the same evaluation, when
+    resumed), saved to :data:`PARTIAL` in ``out_dir`` at most every
+    :data:`SAVE_EVERY_S` seconds and when the run stops."""
+
+    def __init__(
+        self, out_dir: str | os.PathLike | None, resume: bool, specs: dict[str, str]
+    ) -> None:
+        self.path = None if out_dir is None else Path(out_dir) / PARTIAL
+        self.rows: list[dict] = []
+        self._saved = time.monotonic()
+        if resume and self.path is not None:
+            finished = self.path.with_name("results.csv")
+            source = self.path if self.path.is_file() else finished
+            if source.is_file():
+                earlier = pd.read_csv(source)
+                earlier["scheduler"] = earlier["scheduler"].map(lambda s: specs.get(s, s))
+                self.rows = earlier.to_dict("records")
+
+    def done(self) -> frozenset[tuple[str, float, int]]:
+        """(spec, load, episode index) of every row kept."""
+        return frozenset((r["scheduler"], float(r["load"]), int(r["episode"])) for r in self.rows)
+
+    def add(self, rows: list[dict]) -> None:
+        """Keep ``rows``; save them all when the last save is old enough."""
+        self.rows += rows
+        if time.monotonic() - self._saved > SAVE_EVERY_S:
+            self.save()
+
+    def save(self) -> None:
+        """Write every row kept to :data:`PARTIAL` (nothing when there is none)."""
+        if self.path is not None and self.rows:
+            atomic_write(self.path, pd.DataFrame(self.rows).to_csv(index=False).encode())
+            self._saved = time.monotonic()
+
+    def finish(self) -> None:
+        """The reports are written: the partial rows are no longer needed."""
+        if self.path is not None:
+            self.path.unlink(missing_ok=True)
 
 
 def _warn_empty_episodes(df: pd.DataFrame) -> None:

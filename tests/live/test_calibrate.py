@@ -129,3 +129,18 @@ def test_a_bad_cluster_file_gets_one_line(tmp_path, capsys, text, message):
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "cluster.yaml" in err
     assert re.search(message, err)
+
+
+def test_slices_without_setup_s_are_left_out_and_never_written_as_nan(tmp_path, capsys):
+    out = tmp_path / "c.yaml"
+    assert main(["calibrate", str(_run(tmp_path / "r", setup_s=np.nan)), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "a measured setup_s" in err
+    assert not out.exists()
+    run = _run(tmp_path / "r2")
+    slices = pd.read_csv(run / "slices.csv")
+    slices.loc[slices.index[slices["fresh"]][0], "setup_s"] = np.nan
+    slices.to_csv(run / "slices.csv", index=False)
+    assert main(["calibrate", str(run), "--out", str(out)]) == 0
+    assert "1 slices with a joining node had no setup_s" in capsys.readouterr().out
+    assert "nan" not in out.read_text().lower()
