@@ -13,7 +13,7 @@ base seed 0):
 * LARA's planner fed the flow predictor's median after 3 reports.
 
 ``--study room`` asks where ``flow_share`` loses to the same rule on exact remaining work
-(``flow_share:predictor=oracle``), and whether changes within reach recover any of it:
+(``flow_share:predictor=exact``), and whether changes within reach recover any of it:
 
 * exact remaining work for the *want* only (the 90 % quantile) or for the *triage* only
   (the 5 % quantile), the flow predictor's for the other;
@@ -46,11 +46,11 @@ import numpy as np
 import pandas as pd
 
 from flow_predictor.remaining import FLOW_SAMPLES, PredictionCache, RemainingWork
-from flow_predictor.share_rule import flow_share_counts
 from mara_agents.baselines import LARA
 from mara_agents.baselines.flow_share import FlowShare, TrueRemaining
 from mara_agents.evaluation.registry import make_scheduler
 from mara_agents.evaluation.runner import episode_seed
+from mara_agents.planning.share_rule import flow_share_counts
 from mara_env.cluster import ClusterSim
 from mara_env.config import ClusterConfig
 from mara_env.schedulers import Scheduler, edf_order, run_episode
@@ -98,7 +98,7 @@ class FlowShareVariant(FlowShare):
 
     ``samples``: flow samples per task (the shipped rule's ``FLOW_SAMPLES``).
     ``contended``: when the wants exceed the cluster, take them from this quantile instead.
-    ``deadline``: weight the samples by the deadline's density (:class:`DeadlineInformed`).
+    ``deadline``: weight the samples by the deadline's density (:class:`DeadlineWeighted`).
     ``want`` / ``triage``: ``"flow"`` or ``"exact"`` (true remaining work) for the quantile
     each uses.
     """
@@ -117,11 +117,11 @@ class FlowShareVariant(FlowShare):
         self.sources = {"want": want, "triage": triage}
         self.exact = TrueRemaining()
 
-    def _make_predictions(self) -> PredictionCache | DeadlineInformed:
+    def _make_predictions(self) -> PredictionCache | DeadlineWeighted:
         from flow_predictor.checkpoint import load_predictor
 
         cache = PredictionCache(load_predictor(n_samples=self.samples), self.params.refresh)
-        return DeadlineInformed(cache) if self.deadline else cache
+        return DeadlineWeighted(cache) if self.deadline else cache
 
     def counts(self, sim: ClusterSim, order: np.ndarray, rw: RemainingWork) -> np.ndarray:
         p = self.params
@@ -153,7 +153,7 @@ def deadline_residuals(episodes: int = 200, seed: int = 10_000) -> np.ndarray:
     return np.sort(np.concatenate(out))
 
 
-class DeadlineInformed:
+class DeadlineWeighted:
     """A prediction cache whose samples are re-weighted by the deadline's evidence.
 
     Each sample ``s`` of a task's remaining work is a total ``done + s``; its weight is the
@@ -209,8 +209,8 @@ def candidates(study: str) -> dict[str, Callable[[], Scheduler]]:
     out: dict[str, Callable[[], Scheduler]] = {"uniform": lambda: make_scheduler("uniform")}
     if study == "room":
         out["flow_share (shipped)"] = lambda: make_scheduler("flow_share")
-        out["flow_share:predictor=oracle (exact work)"] = lambda: make_scheduler(
-            "flow_share:predictor=oracle"
+        out["flow_share:predictor=exact (exact work)"] = lambda: make_scheduler(
+            "flow_share:predictor=exact"
         )
         out["exact work for the want only"] = lambda: FlowShareVariant(want="exact")
         out["exact work for the triage only"] = lambda: FlowShareVariant(triage="exact")
@@ -265,7 +265,7 @@ def accuracy(episodes: int, load: float, split: str) -> pd.DataFrame:
             order = edf_order(sim)
             if len(order):
                 flow = self._predictions.get(sim, order)
-                informed = DeadlineInformed(self._predictions).get(sim, order)
+                informed = DeadlineWeighted(self._predictions).get(sim, order)
                 true = sim.remaining_true(order)
                 for name, rw in (("flow", flow), ("deadline-informed", informed)):
                     q = rw.quantiles([0.1, 0.5, 0.9])

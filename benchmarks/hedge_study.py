@@ -4,7 +4,7 @@ How to run:   python benchmarks/hedge_study.py [--episodes 10] [--loads 1.0,2.0]
                   [--sigmas 0.3,0.6] [--split val] [--workers 2]
 Runs ``hedge`` (mara_agents/baselines/hedge.py) on the harness's episodes (base seed 0,
 16 nodes) fed, in turn: each task's exact remaining work from its arrival
-(``hedge:predictor=oracle``); the exact work only from its third report on, exploring
+(``hedge:predictor=exact``); the exact work only from its third report on, exploring
 before, as it must with the flow model (``wait``); the exact total work times a fixed
 per-task error ``exp(sigma z)``, ``z`` standard normal drawn once per task, from its third
 report on (``sigma=S``); the flow model's samples (``flow``); and those fused with the
@@ -57,11 +57,11 @@ class LateExact:
 
 
 def planner(feed: str, seed: int) -> Hedge:
-    """The hedge planner on ``feed``: ``oracle``, ``flow``, ``flow+deadline``, ``wait`` or
+    """The hedge planner on ``feed``: ``exact``, ``flow``, ``flow+deadline``, ``wait`` or
     ``sigma=S``."""
-    if feed in ("oracle", "flow", "flow+deadline"):
+    if feed in ("exact", "flow", "flow+deadline"):
         return Hedge(predictor=feed)
-    hedge = Hedge(predictor="oracle")
+    hedge = Hedge(predictor="exact")
     sigma = 0.0 if feed == "wait" else float(feed.split("=")[1])
     hedge._predictions = LateExact(sigma, seed)
     return hedge
@@ -90,7 +90,7 @@ def main() -> None:
     if args.episodes < 2:
         p.error("--episodes must be >= 2 (paired intervals)")
     sigmas = (f"sigma={s}" for s in args.sigmas.split(","))
-    feeds = ["oracle", "wait", *sigmas, "flow", "flow+deadline"]
+    feeds = ["exact", "wait", *sigmas, "flow", "flow+deadline"]
     loads = [float(v) for v in args.loads.split(",")]
     jobs = [(f, load, i, args.split) for f in feeds for load in loads for i in range(args.episodes)]
     context = multiprocessing.get_context("spawn")
@@ -98,7 +98,7 @@ def main() -> None:
         rates = {(f, load, i): r for f, load, i, r in pool.map(episode, jobs)}
     print(f"hedge on degraded work, {args.split}, {args.episodes} episodes per load:")
     for load in loads:
-        exact = np.array([rates["oracle", load, i] for i in range(args.episodes)])
+        exact = np.array([rates["exact", load, i] for i in range(args.episodes)])
         for f in feeds:
             x = np.array([rates[f, load, i] for i in range(args.episodes)])
             d, h = mean_ci(100 * (x - exact))

@@ -3,7 +3,7 @@
 How to run:   python benchmarks/planner_speed.py [--nodes 16,64] [--loads 1.0,2.0]
                   [--episodes 2] [--split val]
 Runs the harness's episodes (base seed 0) of ``hedge`` (flow predictions fused with the
-deadline prior), ``hedge:predictor=flow`` (flow alone) and ``hedge:predictor=oracle``
+deadline prior), ``hedge:predictor=flow`` (flow alone) and ``hedge:predictor=exact``
 (exact work) in this process, one after the other, and times each tick by this process's
 CPU clock in two parts: the predictions (the flow model's ``PredictionCache`` refresh,
 cached until a task's reports grow by 10 %, and the fusion with the prior) and the planning
@@ -99,7 +99,7 @@ def main() -> None:
     traces = load_traces(split=args.split)
     # the first ticks of a process load numba's compiled functions: an untimed short episode
     short = ClusterConfig(split=args.split, num_nodes=8, horizon=10)
-    for predictor in ("flow+deadline", "flow", "oracle"):
+    for predictor in ("flow+deadline", "flow", "exact"):
         timed_episode(Hedge(predictor=predictor), short, traces, 0)
     agent = build("mara=")
     policy_episode(agent, short, traces, 0)
@@ -107,7 +107,7 @@ def main() -> None:
     for nodes in (int(v) for v in args.nodes.split(",")):
         for load in (float(v) for v in args.loads.split(",")):
             config = ClusterConfig(split=args.split, num_nodes=nodes, load=load)
-            for predictor in ("flow+deadline", "flow", "oracle"):
+            for predictor in ("flow+deadline", "flow", "exact"):
                 hedge = Hedge(predictor=predictor)
                 predict, plan, active, rates = [], [], [], []
                 for i in range(args.episodes):

@@ -17,8 +17,8 @@ import argparse
 import numpy as np
 import torch
 
-from flow_predictor.wrapper import wrap
 from mara_agents.evaluation.runner import episode_seed
+from mara_agents.policy.features import wrap
 from mara_agents.policy.inference import load_policy
 from mara_agents.policy.policy_file import SHIPPED_POLICY
 from mara_agents.policy.rounds import decode

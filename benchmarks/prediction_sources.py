@@ -23,11 +23,11 @@ import numpy as np
 
 from flow_predictor.checkpoint import load_predictor
 from flow_predictor.deadline_prior import DeadlineInformed, DeadlinePrior
-from flow_predictor.hedge_rule import finish_chances
 from flow_predictor.remaining import FLOW_SAMPLES, PredictionCache
-from flow_predictor.share_rule import DEFAULTS as SHARE
 from mara_agents.baselines.hedge import Hedge
 from mara_agents.evaluation.runner import episode_seed
+from mara_agents.planning.hedge_rule import finish_chances
+from mara_agents.planning.share_rule import DEFAULTS as SHARE
 from mara_env.cluster import ClusterSim
 from mara_env.config import ClusterConfig
 from mara_env.schedulers import edf_order

@@ -27,9 +27,8 @@ from flow_predictor.remaining import (
     RemainingWorkPredictor,
     current_work,
 )
-from flow_predictor.share_rule import FlowShareParams
 from flow_predictor.wls import WLSPredictor
-from flow_predictor.wrapper import FeatureSettings, PredictorFeatures
+from flow_predictor.wrapper import PredictionSettings, PredictorFeatures
 from mara_env.cluster_env import env
 from mara_env.traces import load_traces
 
@@ -253,7 +252,7 @@ def main() -> None:
     if args.cheaper:
         flow16 = load_predictor(args.checkpoint, n_samples=16)
         euler2 = load_predictor(args.checkpoint, steps=2)
-        refresh25 = FeatureSettings(rule=FlowShareParams(refresh=0.25))
+        refresh25 = PredictionSettings(refresh=0.25)
         makers |= {
             "flow, 16 samples": lambda: PredictorFeatures(env(**kw), flow16),
             "flow, 2 steps": lambda: PredictorFeatures(env(**kw), euler2),

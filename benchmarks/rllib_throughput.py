@@ -51,7 +51,7 @@ from typing import Any
 
 import numpy as np
 
-from flow_predictor.wrapper import make_wrapped_env
+from mara_agents.policy.features import make_wrapped_env
 from mara_agents.training.experiment import Experiment, load_experiment
 from mara_agents.training.rllib_env import VECTOR_MODE
 

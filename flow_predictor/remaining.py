@@ -35,6 +35,9 @@ MIN_REPORTS = 3
 # wrapper's features, whose count a policy file records; flow_share, LARA's flow variant;
 # the predictor's evaluation).  64 did no better for flow_share than 32 at twice the cost.
 FLOW_SAMPLES = 32
+# Predict a task again once its reports grew by this fraction: the one default of the
+# predictor wrapper and of flow_share (FlowShareParams.refresh).
+REFRESH = 0.1
 MIN_RATIO = 0.01
 
 

@@ -1,9 +1,10 @@
 """PettingZoo wrapper that adds remaining-work predictions to every task slot.
 
-Wrapped layout (``P = len(PREDICTOR_FEATURES)``):
+Wrapped layout (``P = len(PREDICTION_FEATURES)``, ``Q``: the columns of an optional
+:class:`SlotPlan`):
 
-* ``observation``: the 8 node features, then ``K`` rows of ``13 + P``: the env's 13 slot
-  features followed by :data:`PREDICTOR_FEATURES`;
+* ``observation``: the 8 node features, then ``K`` rows of ``13 + P + Q``: the env's 13
+  slot features followed by :data:`PREDICTION_FEATURES`, then the plan's columns;
 * ``state``: that observation followed by the env's 4 queue features;
 * ``action_mask``: unchanged.
 
@@ -16,12 +17,9 @@ Tasks with fewer than three reports get the predictor's documented fallback and
 ``pred_fallback = 1``; tasks with no usable report (unknown remaining work) get 0 in
 every predictor feature and ``pred_fallback = 1``.
 
-``pred_nodes_needed`` and ``pred_share`` are the flow_share rule's want and count
-(:mod:`flow_predictor.share_rule`), computed over the visible slots with the wrapper's own
-:class:`FeatureSettings` (the rule's parameters and the flow sample count, which a policy
-file records).  With the rule's default parameters they equal the ``flow_share``
-scheduler's exactly when no task that would get a node is hidden, which
-``num_slots >= num_nodes`` guarantees.
+The wrapper predicts; it does not plan.  A :class:`SlotPlan` (a planner's per-slot
+columns: the policy's are :mod:`mara_agents.policy.features`) is handed the same
+predictions of the visible slots and writes its columns after them.
 
 Several envs stepped together (an RLlib env runner's) compute their features together with
 :func:`features_together`: one predictor call for all of them, the same features.
@@ -30,8 +28,8 @@ Several envs stepped together (an RLlib env runner's) compute their features tog
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 import gymnasium
 import numba
@@ -41,9 +39,9 @@ from pettingzoo import AECEnv
 from pettingzoo.utils import BaseWrapper
 
 from flow_predictor.deadline_prior import DeadlineInformed, DeadlinePrior
-from flow_predictor.hedge_rule import HedgeParams, plan_counts
 from flow_predictor.remaining import (
     FLOW_SAMPLES,
+    REFRESH,
     PredictionCache,
     RemainingWorkPredictor,
     quantile_neighbours,
@@ -51,109 +49,124 @@ from flow_predictor.remaining import (
     shares_within,
     sorted_quantiles,
 )
-from flow_predictor.share_rule import (
-    RULE_COLUMN_DTYPES,
-    FlowShareParams,
-    joined,
-    rule_columns,
-    segments,
-    want_and_count,
-)
 from flow_predictor.wls import WLSPredictor
 from mara_env.cluster_env import NODE_FEATURES, OBS_LIMIT, SLOT_FEATURES
-from mara_env.cluster_env import env as make_aec_env
-from mara_env.config import ClusterConfig, ConfigError
+from mara_env.config import ConfigError
 from mara_env.workload import reference_nodes
 
-PREDICTOR_FEATURES = (
+PREDICTION_FEATURES = (
     "pred_q10",  # log1p(10% quantile of remaining reference ticks) / LOG_TICKS_SCALE
     "pred_q50",  # same for the median
     "pred_q90",  # same for the 90% quantile ("not reached" -> the env's clip, OBS_LIMIT)
     "p_deadline_now",  # P(remaining work <= rate * nodes_now**alpha * ticks left)
     "p_deadline_cap",  # P(remaining work <= rate * cap**alpha * (ticks left - 1)); -1: warm-up
     "pred_fallback",  # 1 if the prefix was too short for the predictor (or unknown)
-    "pred_nodes_needed",  # confident_nodes / cap: the share a task confidently needs
-    "pred_share",  # fair_share of the visible slots up to those needs / cap (flow_share's count)
 )
 QUANTILES = (0.1, 0.5, 0.9)
 # column of each feature (constants of the compiled code below)
-_Q10, _Q50, _Q90, _P_NOW, _P_CAP, _FALLBACK, _NEEDED, _SHARE = (
-    PREDICTOR_FEATURES.index(name)
-    for name in (
-        "pred_q10",
-        "pred_q50",
-        "pred_q90",
-        "p_deadline_now",
-        "p_deadline_cap",
-        "pred_fallback",
-        "pred_nodes_needed",
-        "pred_share",
-    )
-)
+_Q10, _Q50, _Q90, _P_NOW, _P_CAP, _FALLBACK = range(len(PREDICTION_FEATURES))
 # log1p of a few to a few hundred reference ticks is 2 to 6: halved, the quantile features
 # lie in 1 to 3, the range of the env's own features (durations in units of TICK_SCALE).
 LOG_TICKS_SCALE = 2.0
 
 
 @dataclass(frozen=True)
-class FeatureSettings:
-    """How the features are computed: the share rule's parameters behind
-    ``pred_nodes_needed`` / ``pred_share`` and when a task is predicted again (``rule``),
-    and the flow samples per task (``samples``, flow wrapper only).  With
+class PredictionSettings:
+    """How the predictions are made: flow samples per task (``samples``, flow model only),
+    when a task is predicted again (``refresh``, a fraction of its reports), and, with
     ``deadline_prior`` (a :class:`~flow_predictor.deadline_prior.DeadlinePrior`'s log
-    ratios: the ``flow+deadline`` wrapper) every feature reads the flow samples fused with
-    the prior (as ``planner.quantiles`` evenly spaced quantiles, as the planner reads
-    them), and ``pred_share`` is the hedge planner's count
-    (:func:`~flow_predictor.hedge_rule.plan_counts` with ``planner``) instead of the share
-    rule's.  A policy file records them (header keys ``flow_share``, ``flow_samples``,
-    ``hedge`` and ``deadline_prior``) and acts with them."""
+    ratios, and its log windows where it has them: the ``flow+deadline`` wrapper), the
+    fusion of the flow samples with the prior
+    (:class:`~flow_predictor.deadline_prior.DeadlineInformed`): read as ``quantiles``
+    evenly spaced quantiles, the flow model's log spread times ``flow_spread``.  The
+    fusion's two numbers are a planner's (``HedgeParams``): the caller passes them."""
 
-    rule: FlowShareParams = field(default_factory=FlowShareParams)
     samples: int = FLOW_SAMPLES
-    planner: HedgeParams | None = None
+    refresh: float = REFRESH
     deadline_prior: tuple[float, ...] = ()
+    deadline_windows: tuple[float, ...] = ()
+    quantiles: int = 0
+    flow_spread: float = 0.0
 
-    def levels(self) -> tuple[float, ...]:
-        """The quantile levels read from one sort: the features', the rule's want, its
-        triage."""
-        return (*QUANTILES, self.rule.quantile, self.rule.drop)
+    def __post_init__(self) -> None:
+        if self.deadline_prior and (self.quantiles < 1 or not self.flow_spread > 0):
+            raise ValueError(
+                f"prediction settings: a deadline prior needs quantiles >= 1 and "
+                f"flow_spread > 0; got quantiles={self.quantiles!r}, "
+                f"flow_spread={self.flow_spread!r}"
+            )
+
+
+@dataclass(frozen=True)
+class PlanRows:
+    """What a :class:`SlotPlan` reads of this tick's visible tasks (rows; each
+    simulation's ``starts[s]:starts[s + 1]``, in deadline order, as the env's slots): their
+    predictions (``samples``, ``fallback``, and ``quantiles`` at the plan's levels, from
+    the wrapper's one sort) and what the simulation says of them."""
+
+    samples: np.ndarray  # (tasks, samples) remaining work
+    fallback: np.ndarray  # bool
+    quantiles: np.ndarray  # (tasks, len(plan.levels))
+    left: np.ndarray  # ticks to the deadline
+    cap: np.ndarray  # int64
+    nodes_now: np.ndarray  # nodes that served each task in the last tick (warm)
+    rate: np.ndarray
+    alpha: np.ndarray
+    starts: np.ndarray  # int64, len = simulations + 1
+    num_nodes: np.ndarray  # int64, each simulation's nodes
+
+
+class SlotPlan(Protocol):
+    """Columns a planner writes per slot from the wrapper's predictions (hashable: wrappers
+    with equal settings and plans compute together)."""
+
+    columns: tuple[str, ...]  # the names of the columns it writes, in order
+    levels: tuple[float, ...]  # the quantile levels of the predictions it reads
+
+    def write(self, rows: PlanRows, out: np.ndarray) -> None:
+        """Its columns of every task of ``rows`` into ``out`` (float32, tasks x columns)."""
 
 
 class PredictorFeatures(BaseWrapper):
-    """Appends :data:`PREDICTOR_FEATURES` to every slot row of ``observation`` and ``state``.
+    """Appends :data:`PREDICTION_FEATURES` (then ``plan``'s columns) to every slot row of
+    ``observation`` and ``state``.
 
     ``predictor``: any :class:`RemainingWorkPredictor` (default: the shipped flow model
     with ``settings.samples`` samples); pass ``WLSPredictor()`` for the no-flow ablation —
-    same layout.  ``settings``: :class:`FeatureSettings` (default: the defaults).
+    same layout.  ``settings``: :class:`PredictionSettings` (default: the defaults).
+    ``plan``: a :class:`SlotPlan` whose columns follow the predictions (None: none).
     """
 
     def __init__(
         self,
         env: AECEnv,
         predictor: RemainingWorkPredictor | None = None,
-        settings: FeatureSettings | None = None,
+        settings: PredictionSettings | None = None,
+        plan: SlotPlan | None = None,
     ) -> None:
         super().__init__(env)
-        self.settings = settings = settings or FeatureSettings()
+        self.settings = settings = settings or PredictionSettings()
+        self.plan = plan
         if predictor is None:
             from flow_predictor.checkpoint import load_predictor
 
             predictor = load_predictor(n_samples=settings.samples)
         self.predictor = predictor
-        self._predictions = PredictionCache(predictor, settings.rule.refresh)
+        self._predictions = PredictionCache(predictor, settings.refresh)
         self._source: PredictionCache | DeadlineInformed = self._predictions
         if settings.deadline_prior:
-            prior = DeadlinePrior(np.asarray(settings.deadline_prior), {})
-            planner = settings.planner or HedgeParams()
+            windows = np.asarray(settings.deadline_windows) if settings.deadline_windows else None
+            prior = DeadlinePrior(np.asarray(settings.deadline_prior), {}, windows)
             self._source = DeadlineInformed(
-                prior, self._predictions, planner.quantiles, planner.flow_spread
+                prior, self._predictions, settings.quantiles, settings.flow_spread
             )
+        self.added = PREDICTION_FEATURES + (() if plan is None else tuple(plan.columns))
         engine = self._engine = env.unwrapped.engine  # persists across resets
         base = engine.observation_space
         self.num_slots = engine.config.num_slots
         self.node_dim = len(NODE_FEATURES)
         self.base_slot_dim = len(SLOT_FEATURES)
-        self.slot_dim = self.base_slot_dim + len(PREDICTOR_FEATURES)
+        self.slot_dim = self.base_slot_dim + len(self.added)
         self.queue_dim = len(base["state"].low) - len(base["observation"].low)
         obs_dim = self.node_dim + self.num_slots * self.slot_dim
         lim = float(base["observation"].high[0])
@@ -167,11 +180,11 @@ class PredictorFeatures(BaseWrapper):
         self.observation_spaces = {a: space for a in env.possible_agents}
         self.state_space = space["state"]
         self._key: tuple[int, int] | None = None
-        self._extra = np.zeros((self.num_slots, len(PREDICTOR_FEATURES)), np.float32)
+        self._extra = np.zeros((self.num_slots, len(self.added)), np.float32)
         # Where each entry of the env's state and of the predictor features goes in the
         # wrapped state: per slot its env row, then its predictor row (the node and queue
         # features stay in place).
-        k, b_dim, p_dim = self.num_slots, self.base_slot_dim, len(PREDICTOR_FEATURES)
+        k, b_dim, p_dim = self.num_slots, self.base_slot_dim, len(self.added)
         slot_at = self.node_dim + self.slot_dim * np.arange(k)[:, None]
         self._env_at = np.concatenate(
             [
@@ -243,68 +256,90 @@ class PredictorFeatures(BaseWrapper):
 
 def _fill_features(wrappers: Sequence[PredictorFeatures]) -> None:
     """This tick's predictor features of every wrapper's slots, computed together: one
-    compiled pass (:func:`_feature_rows`) over the tasks of the wrappers of each setting."""
-    by_settings: dict[FeatureSettings, list[PredictorFeatures]] = {}
+    compiled pass (:func:`_feature_rows`) over the tasks of the wrappers of each setting
+    and plan."""
+    groups: dict[tuple[PredictionSettings, SlotPlan | None], list[PredictorFeatures]] = {}
     for w in wrappers:
-        by_settings.setdefault(w.settings, []).append(w)
-    for settings, group in by_settings.items():
-        _fill_group(group, settings)
+        groups.setdefault((w.settings, w.plan), []).append(w)
+    for (_, plan), group in groups.items():
+        _fill_group(group, plan)
 
 
-def _fill_group(wrappers: Sequence[PredictorFeatures], settings: FeatureSettings) -> None:
-    """:func:`_fill_features` of wrappers that share their settings."""
+def _task_columns(sim: Any, tasks: np.ndarray) -> tuple[np.ndarray, ...]:
+    """What the features read of ``tasks`` besides their predictions: ticks left to the
+    deadline, cap, nodes now (warm), rate, alpha and reference nodes."""
+    wl = sim.workload
+    return (
+        wl.deadline[tasks] - sim.t,
+        wl.cap[tasks],
+        sim.nodes_now[tasks],
+        wl.rate[tasks],
+        wl.alpha[tasks],
+        reference_nodes(wl, sim.config, tasks),
+    )
+
+
+def _fill_group(wrappers: Sequence[PredictorFeatures], plan: SlotPlan | None) -> None:
+    """:func:`_fill_features` of wrappers that share their settings and plan."""
     requests, parts = [], []
     for w in wrappers:
         w._extra.fill(0.0)
         w._key = w._tick()
         _, sim, tasks = w._prediction_request()
         if len(tasks):
-            rw, wl = w._source.get(sim, tasks), sim.workload
+            rw = w._source.get(sim, tasks)
             requests.append((w, sim, tasks))
-            parts.append(
-                (
-                    rw.samples,
-                    rw.fallback,
-                    *rule_columns([(sim, tasks)]),
-                    reference_nodes(wl, w._engine.config, tasks),
-                )
-            )
+            parts.append((rw.samples, rw.fallback, *_task_columns(sim, tasks)))
     if not requests:
         return
-    columns = parts[0] if len(parts) == 1 else [joined(list(c)) for c in zip(*parts)]
+    columns = parts[0] if len(parts) == 1 else [_joined(list(c)) for c in zip(*parts)]
     typed = [np.asarray(x, t) for x, t in zip(columns, _COLUMN_DTYPES)]
-    rows = np.empty((len(typed[0]), len(PREDICTOR_FEATURES)), np.float32)
-    levels = quantile_neighbours(settings.levels(), typed[0].shape[1])
-    starts, nodes = segments([(sim, tasks) for _, sim, tasks in requests])
-    rule = settings.rule
-    _feature_rows(*typed, *levels, starts, nodes, float(rule.slack), rule.drop > 0, rows)
-    if settings.planner is not None:  # pred_share: the hedge planner's count, per simulation
-        samples, fallback, left, cap, warm, rate, alpha = typed[:7]
-        for s, (_, sim, _) in enumerate(requests):
-            part = slice(starts[s], starts[s + 1])
-            counts, _ = plan_counts(
-                samples[part],
-                fallback[part] | np.isnan(samples[part]).any(axis=1),
-                left[part],
-                cap[part],
-                warm[part],
-                rate[part],
-                alpha[part],
-                sim.config.num_nodes,
-                settings.planner,
-            )
-            rows[part, _SHARE] = counts / cap[part]
+    samples = typed[0]
+    plan_levels = () if plan is None else tuple(plan.levels)
+    # one sort of each task's samples for every level read: the features' and the plan's
+    qs = sorted_quantiles(
+        samples, *quantile_neighbours((*QUANTILES, *plan_levels), samples.shape[1])
+    )
+    rows = np.empty((len(samples), len(wrappers[0].added)), np.float32)
+    _feature_rows(*typed, qs, rows)
+    if plan is not None:
+        sizes = [len(tasks) for _, _, tasks in requests]
+        plan_rows = PlanRows(
+            samples=typed[0],
+            fallback=typed[1],
+            quantiles=qs[:, len(QUANTILES) :],
+            left=typed[2],
+            cap=typed[3],
+            nodes_now=typed[4],
+            rate=typed[5],
+            alpha=typed[6],
+            starts=np.array([0, *np.cumsum(sizes)], np.int64),
+            num_nodes=np.array([sim.config.num_nodes for _, sim, _ in requests], np.int64),
+        )
+        plan.write(plan_rows, rows[:, len(PREDICTION_FEATURES) :])
     start = 0
     for w, _, tasks in requests:
         w._extra[: len(tasks)] = rows[start : start + len(tasks)]
         start += len(tasks)
 
 
-# the columns of FeatureSettings.levels() holding the rule's want and triage quantiles
-_UPPER, _LOW = len(QUANTILES), len(QUANTILES) + 1
-# the dtypes of _feature_rows' columns: samples, fallback, flow_share's rule_columns (ticks
-# left, cap, nodes now, rate, alpha), reference nodes
-_COLUMN_DTYPES = (np.float64, np.bool_, *RULE_COLUMN_DTYPES, np.float64)
+def _joined(parts: list[np.ndarray]) -> np.ndarray:
+    """``parts`` end to end (the one part itself: no copy)."""
+    return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+
+# the dtypes of _feature_rows' columns: samples, fallback, ticks left, cap, nodes now,
+# rate, alpha, reference nodes
+_COLUMN_DTYPES = (
+    np.float64,
+    np.bool_,
+    np.float64,
+    np.int64,
+    np.float64,
+    np.float64,
+    np.float64,
+    np.float64,
+)
 
 
 @numba.njit(cache=True, error_model="numpy")
@@ -317,47 +352,22 @@ def _feature_rows(
     rate: np.ndarray,
     alpha: np.ndarray,
     n_ref: np.ndarray,
-    lo: np.ndarray,
-    hi: np.ndarray,
-    frac: np.ndarray,
-    starts: np.ndarray,
-    num_nodes: np.ndarray,
-    slack: float,
-    triage: bool,
+    qs: np.ndarray,
     out: np.ndarray,
 ) -> None:
-    """The predictor features of tasks (rows; each simulation's ``starts[s]:starts[s+1]``,
-    in deadline order, as flow_share's round-robin) from their remaining-work samples,
-    into ``out`` (float32).
+    """:data:`PREDICTION_FEATURES` of tasks (rows) from their remaining-work samples and
+    their :data:`QUANTILES` (the first columns of ``qs``), into the first columns of ``out``
+    (float32).
 
-    The quantiles (sorted-sample neighbours ``lo``, ``hi`` and ``frac`` of
-    :meth:`FeatureSettings.levels`: the features' and the rule's, from one sort); the
-    deadline probabilities at the nodes now and at the cap; the share rule's want and
-    count (:func:`~flow_predictor.share_rule.want_and_count`, with ``slack`` and
-    ``triage``).  Unknown (nan) predictions read as 0 with the fallback flag set;
-    "never" as the limit: the env's own, so every feature of the observation shares its
-    bounds.
+    The quantiles; the deadline probabilities at the nodes now and at the cap.  Unknown
+    (nan) predictions read as 0 with the fallback flag set; "never" as the limit: the
+    env's own, so every feature of the observation shares its bounds.
     """
-    qs = sorted_quantiles(samples, lo, hi, frac)
     budgets = np.empty((len(rate), 2))
     for i in range(len(rate)):
         budgets[i, 0] = rate[i] * nodes_now[i] ** alpha[i] * left[i]
         budgets[i, 1] = rate[i] * cap[i] ** alpha[i] * max(left[i] - 1, 0.0)
     probs = shares_within(samples, budgets)
-    need, share = want_and_count(
-        qs[:, _UPPER],
-        qs[:, _LOW],
-        fallback,
-        left,
-        cap,
-        nodes_now,
-        rate,
-        alpha,
-        slack,
-        triage,
-        starts,
-        num_nodes,
-    )
     for i in range(len(cap)):
         ref = rate[i] * n_ref[i] ** alpha[i]
         row = out[i]
@@ -367,9 +377,7 @@ def _feature_rows(
         row[_P_NOW] = probs[i, 0]
         row[_P_CAP] = probs[i, 1]
         row[_FALLBACK] = fallback[i]
-        row[_NEEDED] = need[i] / cap[i]
-        row[_SHARE] = share[i] / cap[i]
-        for c in range(len(row)):
+        for c in range(_FALLBACK + 1):
             v = row[c]
             row[c] = 0.0 if v != v else min(max(v, -OBS_LIMIT), OBS_LIMIT)
 
@@ -390,36 +398,18 @@ def _place(
         out[extra_at[i]] = flat[i]
 
 
-# Predictor features an env (and a policy trained on it) may observe: none, the shipped
-# flow model, the flow model fused with the deadline prior (pred_share: the hedge planner's
-# count), or LARA's WLS fit (the no-flow ablation); the same layout but for none.
+# The predictions an env (and a policy trained on it) may observe: none, the shipped flow
+# model, the flow model fused with the deadline prior, or LARA's WLS fit (the no-flow
+# ablation); the same layout but for none.
 FLOW_DEADLINE = "flow+deadline"
 WRAPPERS = ("none", "flow", FLOW_DEADLINE, "wls")
-
-
-def feature_settings(wrapper: str, options: dict[str, Any] | None = None) -> FeatureSettings | None:
-    """The settings of ``wrapper``'s features built with ``options`` (None for ``none``;
-    ``flow+deadline``: the deadline prior of ``options["deadline_prior"]``, a file, default
-    the shipped one, and the hedge planner's default knobs)."""
-    if wrapper == "none":
-        return None
-    options = options or {}
-    samples = int(options.get("n_samples", FLOW_SAMPLES))
-    if wrapper != FLOW_DEADLINE:
-        return FeatureSettings(samples=samples)
-    prior = DeadlinePrior.load(options.get("deadline_prior"))
-    return FeatureSettings(
-        samples=samples,
-        planner=HedgeParams(),
-        deadline_prior=tuple(float(v) for v in prior.log_ratios),
-    )
 
 
 def make_predictor(
     wrapper: str, options: dict[str, Any] | None = None, samples: int = FLOW_SAMPLES
 ) -> RemainingWorkPredictor | None:
     """The predictor behind ``wrapper``'s features (None for ``none``): build it once and
-    pass it to :func:`wrap` for every env that needs it (a flow model loads a checkpoint);
+    pass it to every :class:`PredictorFeatures` that needs it (a flow model loads a checkpoint);
     a flow model draws ``samples`` per task unless ``options`` name ``n_samples``."""
     if wrapper not in WRAPPERS:
         raise ConfigError(f"wrapper={wrapper!r}: expected one of {list(WRAPPERS)}")
@@ -432,36 +422,6 @@ def make_predictor(
         flow_options = {k: v for k, v in (options or {}).items() if k != "deadline_prior"}
         return load_predictor(**{"n_samples": samples, **flow_options})
     return WLSPredictor(**(options or {}))
-
-
-def wrap(
-    env: AECEnv,
-    wrapper: str,
-    options: dict[str, Any] | None = None,
-    predictor: RemainingWorkPredictor | None = None,
-    settings: FeatureSettings | None = None,
-) -> AECEnv:
-    """``env`` with predictor features per slot: ``flow`` (shipped model), ``wls``, or
-    ``none``; ``predictor``: the one :func:`make_predictor` built for them (else built now);
-    ``settings``: those of the features (default: :func:`feature_settings` of the options)."""
-    settings = settings or feature_settings(wrapper, options)
-    if predictor is None and settings is not None:
-        predictor = make_predictor(wrapper, options, settings.samples)
-    return env if predictor is None else PredictorFeatures(env, predictor, settings)
-
-
-def make_wrapped_env(
-    env_config: dict[str, Any], predictor: RemainingWorkPredictor | None = None
-) -> AECEnv:
-    """The AEC env for ``{"cluster": {...}, "wrapper": ..., "wrapper_options": {...}}``
-    (``predictor``: the one :func:`make_predictor` built for its wrapper, else built now)."""
-    cluster = ClusterConfig.from_dict(dict(env_config.get("cluster", {})))
-    return wrap(
-        make_aec_env(config=cluster),
-        env_config.get("wrapper", "none"),
-        env_config.get("wrapper_options"),
-        predictor,
-    )
 
 
 def features_together(envs: Sequence[AECEnv]) -> None:

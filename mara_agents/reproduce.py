@@ -30,7 +30,7 @@ DEFAULT_SPECS = (
     # references: what no scheduler can beat (bound), and planning on exact work
     "bound",
     "oracle",
-    "flow_share:predictor=oracle",
+    "flow_share:predictor=exact",
     "hedge:predictor=exact",  # the planner below on exact work: what prediction costs it
     # the schedulers people would pick instead, and the literature's
     "laira",

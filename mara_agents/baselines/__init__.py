@@ -11,7 +11,7 @@
   from a remaining-work distribution (the flow model's fused with what deadlines say about
   size, or either alone), and its exact-work twin;
 * :mod:`~mara_agents.baselines.flow_share`: flow_share (the share rule of
-  :mod:`flow_predictor.share_rule` with a remaining-work predictor), and the textbook rules of
+  :mod:`mara_agents.planning.share_rule` with a remaining-work predictor), and the textbook rules of
   :mod:`mara_env.schedulers` (EDF, uniform share, random).
 
 Nothing here imports torch or ray (a test checks it): a scheduler that needs a model

@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from flow_predictor.share_rule import nodes_needed
 from mara_agents.baselines.lara import (
     EXPLORE_REPORTS,
     FEWEST_REPORTS,
+    PREDICTORS,
     PlannedWork,
     explore_counts,
 )
+from mara_agents.planning.predictors import EXACT, check_predictor
+from mara_agents.planning.share_rule import nodes_needed
 from mara_env.cluster import ClusterSim
 from mara_env.schedulers import Scheduler, edf_order, spread, warm_nodes
 
@@ -19,9 +21,9 @@ from mara_env.schedulers import Scheduler, edf_order, spread, warm_nodes
 # --scheduler elasticflow --episodes 50 --workers 2`, mean completion over loads 1 and 2:
 # flow with margin -0.6 0.619 ± 0.014, the best WLS point (margin -0.6) 0.595 ± 0.014.
 DEFAULT_PREDICTOR = "flow"
-# Margin on the predicted total work, per predictor (the best of each in that run); the
-# oracle's work is exact.
-DEFAULT_MARGINS = {"wls": -0.6, "flow": -0.6, "oracle": 0.0}
+# Margin on the predicted total work, per predictor (the best of each in that run); exact
+# work needs none.
+DEFAULT_MARGINS = {"wls": -0.6, "flow": -0.6, EXACT: 0.0}
 
 
 def fill_plan(
@@ -149,7 +151,7 @@ class ElasticFlow(Scheduler):
     ``predictor``: ``"flow"`` (default, chosen on validation: the median of the flow
     model's remaining-work distribution, obtained as ``flow_share`` does; needs torch),
     ``"wls"`` (LARA's :class:`~mara_agents.baselines.lara.WorkPredictor`, with LARA's tuned
-    discount and ridge; torch-free) or ``"oracle"`` (``sim.remaining_true``: the paper's
+    discount and ridge; torch-free) or ``"exact"`` (``sim.remaining_true``: the paper's
     known job sizes; an upper reference).
     ``margin``: the predicted total work is scaled by ``1 + margin`` (default per predictor,
     :data:`DEFAULT_MARGINS`); ``explore_reports``: default per predictor,
@@ -173,6 +175,7 @@ class ElasticFlow(Scheduler):
         margin: float | None = None,
         explore_reports: int | None = None,
     ) -> None:
+        check_predictor("elasticflow", predictor, PREDICTORS)
         margin = DEFAULT_MARGINS.get(predictor, 0.0) if margin is None else margin
         try:  # PlannedWork checks the predictor and the margin
             self.work = PlannedWork(predictor, margin, FEWEST_REPORTS.get(predictor, 0))

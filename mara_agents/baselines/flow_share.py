@@ -1,7 +1,7 @@
 """flow_share: uniform share, but no task gets more nodes than it confidently needs.
 
-The rule (:mod:`flow_predictor.share_rule`) as a scheduler, with the shipped flow model,
-LARA's WLS fit or each task's true remaining work as its predictor.  Numpy only: the flow
+The rule (:mod:`mara_agents.planning.share_rule`) as a scheduler, with the shipped flow
+model, LARA's WLS fit or each task's exact remaining work as its predictor.  Numpy only: the flow
 model (torch) is loaded only by ``FlowShare(predictor="flow")``.
 """
 
@@ -13,14 +13,15 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from flow_predictor.remaining import FLOW_SAMPLES, MIN_REPORTS, PredictionCache, RemainingWork
-from flow_predictor.share_rule import FlowShareParams, flow_share_counts
+from mara_agents.planning.predictors import EXACT, check_predictor
+from mara_agents.planning.share_rule import FlowShareParams, flow_share_counts
 from mara_env.cluster import ClusterSim
 from mara_env.schedulers import Scheduler, edf_order
 
 if TYPE_CHECKING:
     from flow_predictor.flow import FlowPredictor
 
-PREDICTORS = ("flow", "wls", "oracle")
+PREDICTORS = ("flow", "wls", EXACT)
 
 
 class TrueRemaining:
@@ -43,12 +44,12 @@ class FlowShare(Scheduler):
     """The flow_share rule (this module's docstring) as a scheduler.
 
     ``quantile``, ``slack``, ``drop`` (0: no triage) and ``refresh``: see
-    :class:`~flow_predictor.share_rule.FlowShareParams` (None: its default; with the
+    :class:`~mara_agents.planning.share_rule.FlowShareParams` (None: its default; with the
     defaults, the policy's ``pred_nodes_needed`` and ``pred_share`` features are this
     scheduler's want and count).
     ``predictor``: ``"flow"`` (the shipped checkpoint,
-    :data:`~flow_predictor.remaining.FLOW_SAMPLES` samples), ``"wls"``, or ``"oracle"``:
-    each task's true remaining work once it has as many reports as the flow model needs
+    :data:`~flow_predictor.remaining.FLOW_SAMPLES` samples), ``"wls"``, or ``"exact"``:
+    each task's exact remaining work once it has as many reports as the flow model needs
     (a reference for how much better predictions could gain: same exploration, same
     rule).  ``checkpoint``: with
     ``predictor="flow"``, a flow checkpoint of your own instead of the shipped one
@@ -69,10 +70,7 @@ class FlowShare(Scheduler):
         given = {"quantile": quantile, "slack": slack, "refresh": refresh, "drop": drop}
         self.params = FlowShareParams(**{k: v for k, v in given.items() if v is not None})
         self._flow: FlowPredictor | None = None  # a flow model of the user's own checkpoint
-        if predictor not in PREDICTORS:
-            raise ValueError(
-                f"flow_share: predictor={predictor!r}; expected 'flow', 'wls' or 'oracle'"
-            )
+        check_predictor("flow_share", predictor, PREDICTORS)
         # Checked here, in the parent process, not in a worker after other work; the CLI
         # turns this error into the line naming the extra to install.
         for module in ("torch", "threadpoolctl", "numba") if predictor == "flow" else ():
@@ -93,7 +91,7 @@ class FlowShare(Scheduler):
         self._predictions: PredictionCache | TrueRemaining | None = None
 
     def _make_predictions(self) -> PredictionCache | TrueRemaining:
-        if self.predictor == "oracle":
+        if self.predictor == EXACT:
             return TrueRemaining()
         if self.predictor == "flow":
             from flow_predictor.checkpoint import load_predictor

@@ -12,8 +12,8 @@ tick, for the active tasks in earliest-deadline order:
 
 1. **Explore.** A task the predictor cannot predict yet (``predictor=flow``: fewer than
    :data:`~flow_predictor.remaining.MIN_REPORTS` reports; the deadline prior predicts
-   every task) gets ``explore`` nodes (within its cap; 0: a uniform share of the nodes, at
-   least one, as LARA explores).
+   every task) gets a uniform share of the nodes (within its cap, at least one, as LARA
+   explores).
 2. **Chance of finishing.** For every other task ``k`` and every count ``n`` up to its cap,
    ``p_k(n)``: the share of its remaining-work samples that ``n`` nodes held from now on
    finish by its deadline (a joining node gives nothing in its first tick, speed-up
@@ -33,7 +33,7 @@ tick, for the active tasks in earliest-deadline order:
    others: idle nodes help nobody.  Moves are priced by the planning itself: the chances
    and node-ticks count the tick a joining node loses.
 
-``predictor="oracle"`` (or ``"exact"``) runs the same code on each task's exact remaining
+``predictor="exact"`` runs the same code on each task's exact remaining
 work from its arrival on (``sim.remaining_true``: one sample, a degenerate distribution),
 so ``p_k(n)`` is 0 or 1 and nothing explores: each task's step is to its cheapest
 deadline-meeting count, taken in order of node-ticks (the fewest first).  The gap between
@@ -59,50 +59,15 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from flow_predictor.hedge_rule import HedgeParams, HedgePlan, plan_counts
 from flow_predictor.remaining import PredictionCache, RemainingWork
+from mara_agents.planning.hedge_rule import HedgeParams, HedgePlan, plan_counts
+from mara_agents.planning.predictors import EXACT, check_predictor
 from mara_env.cluster import ClusterSim
 from mara_env.schedulers import Scheduler, edf_order
 
 # What ``predictor=`` may name: the flow model, what deadlines say about work (alone, or
-# fused with the flow model), or each task's exact remaining work (``oracle`` and
-# ``exact`` are the same thing: both names read as "knows the work").
-PREDICTORS = ("flow+deadline", "flow", "deadline", "oracle", "exact")
-
-
-class CensoredFlow:
-    """The flow model's remaining-work samples with its "not reached" ones read as what
-    they are: censored, not infinite (the interface of
-    :class:`~flow_predictor.remaining.PredictionCache`).
-
-    The model's trajectories end at the last of its ``FUTURE_RATIOS``
-    (24) times the work at the prediction; a sample that does not reach the target by then
-    says only that the total work is beyond that.  Those of a task are spread log-uniformly
-    over ``[bound, tail * bound]`` (``bound``: that horizon, counted from the task's last
-    report, less the work done since); ``tail`` 0 keeps them ``inf`` (never).
-    """
-
-    def __init__(self, cache: PredictionCache, horizon: float, tail: float) -> None:
-        self.cache = cache
-        self.horizon = float(horizon)
-        self.tail = float(tail)
-
-    def clear(self) -> None:
-        """Forget every task (new episode)."""
-        self.cache.clear()
-
-    def get(self, sim: ClusterSim, tasks: np.ndarray) -> RemainingWork:
-        """Remaining work of ``tasks`` from their current work on."""
-        rw = self.cache.get(sim, tasks)
-        never = np.isinf(rw.samples)
-        if not self.tail or not never.any():
-            return rw
-        last = np.array([sim.hist_work[k][-1] if sim.hist_work[k] else 0.0 for k in tasks])
-        bound = np.maximum((1.0 + self.horizon) * last - sim.work[tasks], 0.0)
-        rank = np.cumsum(never, axis=1) - 0.5
-        spread = self.tail ** (rank / np.maximum(never.sum(axis=1), 1)[:, None])
-        samples = np.where(never, bound[:, None] * spread, rw.samples)
-        return RemainingWork(samples, rw.fallback)
+# fused with the flow model), or each task's exact remaining work.
+PREDICTORS = ("flow+deadline", "flow", "deadline", EXACT)
 
 
 class ExactRemaining:
@@ -134,10 +99,10 @@ class Hedge(Scheduler):
     ``predictor``: ``"flow+deadline"`` (default) or ``"flow"`` (the shipped flow checkpoint
     with ``flow_share``'s sample count and refresh rule, fused with the deadline prior or
     alone; needs the ``[predictor]`` extra), ``"deadline"`` (the deadline prior alone), or
-    ``"oracle"``/``"exact"`` (each task's exact remaining work: the same planner on a
-    degenerate distribution).  ``prior``: a deadline-prior JSON file (default: the shipped
-    one, fitted on the train split).  ``confidence``, ``explore``, ``tail``, ``flow_spread``,
-    ``quantiles``: see :class:`HedgeParams` (None: its default).
+    ``"exact"`` (each task's exact remaining work: the same planner on a degenerate
+    distribution).  ``prior``: a deadline-prior JSON file (default: the shipped one, fitted
+    on the train split).  ``confidence``, ``flow_spread``, ``quantiles``: see
+    :class:`~mara_agents.planning.hedge_rule.HedgeParams` (None: its default).
     """
 
     name = "hedge"
@@ -146,18 +111,13 @@ class Hedge(Scheduler):
         self,
         predictor: str = "flow+deadline",
         confidence: float | None = None,
-        explore: int | None = None,
-        tail: float | None = None,
         flow_spread: float | None = None,
         quantiles: int | None = None,
         prior: str | None = None,
     ) -> None:
-        if predictor not in PREDICTORS:
-            raise ValueError(f"hedge: predictor={predictor!r}; expected one of {PREDICTORS}")
+        check_predictor("hedge", predictor, PREDICTORS)
         given = {
             "confidence": confidence,
-            "explore": explore,
-            "tail": tail,
             "flow_spread": flow_spread,
             "quantiles": quantiles,
         }
@@ -180,19 +140,18 @@ class Hedge(Scheduler):
         self._predictions: Predictions | None = None
 
     def _make_predictions(self) -> Predictions:
-        if self.predictor in ("oracle", "exact"):
+        if self.predictor == EXACT:
             return ExactRemaining()
         from flow_predictor.remaining import FLOW_SAMPLES
 
         cache = None
         if "flow" in self.predictor:
             from flow_predictor.checkpoint import load_predictor
-            from flow_predictor.features import FUTURE_RATIOS
-            from flow_predictor.share_rule import DEFAULTS as SHARE
+            from flow_predictor.remaining import REFRESH
 
-            cache = PredictionCache(load_predictor(n_samples=FLOW_SAMPLES), SHARE.refresh)
+            cache = PredictionCache(load_predictor(n_samples=FLOW_SAMPLES), REFRESH)
             if self.prior is None:
-                return CensoredFlow(cache, FUTURE_RATIOS[-1], self.params.tail)
+                return cache
         from flow_predictor.deadline_prior import DeadlineInformed
 
         return DeadlineInformed(self.prior, cache, self.params.quantiles, self.params.flow_spread)
@@ -214,7 +173,7 @@ class Hedge(Scheduler):
     def plan(self, sim: Any, order: np.ndarray, rw: RemainingWork) -> tuple[np.ndarray, HedgePlan]:
         """Nodes per task (length = tasks in the episode) for the active tasks ``order``
         (deadline order), whose predictions are ``rw``, and the plan of the predicted ones
-        (:func:`~flow_predictor.hedge_rule.plan_counts`)."""
+        (:func:`~mara_agents.planning.hedge_rule.plan_counts`)."""
         wl = sim.workload
         counts = np.zeros(len(sim.status), np.int64)
         counts[order], plan = plan_counts(

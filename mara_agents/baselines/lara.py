@@ -20,6 +20,7 @@ import numpy as np
 
 from flow_predictor.remaining import MIN_REPORTS, PredictionCache, RemainingWork
 from flow_predictor.wls import fit_power_law
+from mara_agents.planning.predictors import EXACT, check_predictor
 from mara_env.cluster import ClusterSim
 from mara_env.schedulers import (
     Scheduler,
@@ -42,7 +43,7 @@ DEFAULT_MARGIN = -0.6
 # point is the grid's edge, where LARA's own grid and ElasticFlow's stop: beyond it every
 # task looks finishable on one node and the planner turns into an even share.
 FLOW_MARGIN = -0.6
-LARA_MARGINS = {"wls": DEFAULT_MARGIN, "flow": FLOW_MARGIN, "oracle": 0.0}
+LARA_MARGINS = {"wls": DEFAULT_MARGIN, "flow": FLOW_MARGIN, EXACT: 0.0}
 
 
 class WorkPredictor:
@@ -88,9 +89,9 @@ class WorkPredictor:
 # What a planner's ``predictor=`` may name: LARA's WLS fit, the flow model's median, or the
 # exact work; the reports a task needs before each predicts it, and (by default) explores
 # until: LARA's tuned count for WLS, what the flow model needs, none for exact work.
-PREDICTORS = ("wls", "flow", "oracle")
-EXPLORE_REPORTS = {"wls": DEFAULT_EXPLORE_REPORTS, "flow": MIN_REPORTS, "oracle": 0}
-FEWEST_REPORTS = {"wls": 2, "flow": MIN_REPORTS, "oracle": 0}
+PREDICTORS = ("wls", "flow", EXACT)
+EXPLORE_REPORTS = {"wls": DEFAULT_EXPLORE_REPORTS, "flow": MIN_REPORTS, EXACT: 0}
+FEWEST_REPORTS = {"wls": 2, "flow": MIN_REPORTS, EXACT: 0}
 
 
 class PlannedWork:
@@ -101,7 +102,7 @@ class PlannedWork:
     reports are unpredictable, ``inf``); ``flow``: the median of the flow model's
     remaining-work distribution, obtained as ``flow_share`` obtains it (the shipped
     checkpoint, its sample count and refresh rule; loaded on first use, needs torch);
-    ``oracle``: ``sim.remaining_true``, the exact work each active task still needs to
+    ``exact``: ``sim.remaining_true``, the exact work each active task still needs to
     complete (to the first logged point of its trace at or below its target, where the
     simulator completes it); it knows neither future arrivals nor, under
     ``throughput="measured"``, the true speed-up (``docs/baselines.md``).
@@ -115,8 +116,7 @@ class PlannedWork:
         discount: float = DEFAULT_DISCOUNT,
         ridge: float = DEFAULT_RIDGE,
     ) -> None:
-        if predictor not in PREDICTORS:
-            raise ValueError(f"predictor={predictor!r}; expected one of {', '.join(PREDICTORS)}")
+        check_predictor("planned work", predictor, PREDICTORS)
         if isinstance(margin, bool) or not (isinstance(margin, (int, float)) and margin > -1):
             raise ValueError(f"margin={margin!r}; expected a number > -1")
         if predictor == "flow":
@@ -135,7 +135,7 @@ class PlannedWork:
             if self._flow is None:
                 from flow_predictor.checkpoint import load_predictor
                 from flow_predictor.remaining import FLOW_SAMPLES
-                from flow_predictor.share_rule import DEFAULTS
+                from mara_agents.planning.share_rule import DEFAULTS
 
                 flow = load_predictor(n_samples=FLOW_SAMPLES)
                 self._flow = PredictionCache(flow, DEFAULTS.refresh)
@@ -144,7 +144,7 @@ class PlannedWork:
     def remaining(self, sim: ClusterSim, tasks: np.ndarray) -> np.ndarray:
         """Remaining work of ``tasks`` the planner plans with."""
         done = sim.work[tasks]
-        if self.predictor == "oracle":
+        if self.predictor == EXACT:
             total = done + sim.remaining_true(tasks)
         elif self.predictor == "wls":
             total = self._wls.total_work(sim, tasks)
@@ -292,8 +292,7 @@ class LARA(Scheduler):
         margin: float | None = None,
         predictor: str = "wls",
     ) -> None:
-        if predictor not in PREDICTORS:
-            raise ValueError(f"lara: predictor={predictor!r}; expected one of {PREDICTORS}")
+        check_predictor("lara", predictor, PREDICTORS)
         reports = EXPLORE_REPORTS[predictor] if explore_reports is None else int(explore_reports)
         if reports < FEWEST_REPORTS[predictor]:
             raise ValueError(
@@ -322,7 +321,7 @@ class Oracle(LARA):
     name = "oracle"
 
     def __init__(self) -> None:
-        super().__init__(explore_reports=0, margin=0.0, predictor="oracle")
+        super().__init__(explore_reports=0, margin=0.0, predictor=EXACT)
 
     def remaining(self, sim: ClusterSim, tasks: np.ndarray) -> np.ndarray:
         return sim.remaining_true(tasks)

@@ -1,9 +1,10 @@
 """The hedge planner's rule: chances of finishing, a greedy knapsack on them, this tick's counts.
 
 The arithmetic of :mod:`mara_agents.baselines.hedge` (its docstring is the specification)
-on arrays, with no simulation: the ``hedge`` scheduler calls :func:`plan_counts` on the
-active tasks, and the predictor wrapper's ``pred_share`` feature of a ``flow+deadline``
-policy is the same call on the visible ones (:mod:`flow_predictor.wrapper`).  Numpy only.
+on arrays, with no simulation, beside its knobs (:class:`HedgeParams`): the ``hedge``
+scheduler calls :func:`plan_counts` on the active tasks, and a policy whose teacher is
+hedge reads the same call on the visible ones as its ``pred_share``
+(:mod:`mara_agents.policy.features`).  Numpy only.
 """
 
 from __future__ import annotations
@@ -14,34 +15,43 @@ import numpy as np
 
 from mara_env.schedulers import spread, ticks_needed
 
+# The largest quantile count: a chance resolved to 1/4096; the planner's arrays grow with it
+# (tasks x quantiles x nodes).
+MAX_QUANTILES = 4096
+MAX_FLOW_SPREAD = 100.0
+
 
 @dataclass(frozen=True)
 class HedgeParams:
-    """The planner's knobs, with the defaults chosen on the validation split."""
+    """The planner's knobs, with the defaults chosen on the validation split; each is
+    checked against its range here (a spec's error names the knob and the range)."""
 
     confidence: float = 0.05  # a task is pursued only if some count has this chance
-    explore: int = 0  # nodes for a task not yet predicted (0: uniform share, as LARA)
-    tail: float = 0.0  # flow samples past its horizon: up to this times it (0: never)
     flow_spread: float = 2.0  # flow+deadline: the flow model's log spread times this
     quantiles: int = 256  # flow+deadline, deadline: evenly spaced quantiles the chances read
 
     def to_dict(self) -> dict[str, float | int]:
-        """Plain values (for a policy file's header)."""
+        """Plain values (for a teacher's spec)."""
         return asdict(self)
 
     def __post_init__(self) -> None:
         checks = {
             "confidence": (lambda v: 0 < v <= 1, "a probability in (0, 1]"),
-            "explore": (lambda v: v >= 0 and float(v).is_integer(), "a whole number >= 0 of nodes"),
-            "tail": (lambda v: v == 0 or v >= 1, "0 (never) or a factor >= 1"),
-            "flow_spread": (lambda v: 0 < v < float("inf"), "a factor > 0"),
-            "quantiles": (lambda v: v >= 1 and float(v).is_integer(), "a whole number >= 1"),
+            "flow_spread": (
+                lambda v: 0 < v <= MAX_FLOW_SPREAD,
+                f"a factor in (0, {MAX_FLOW_SPREAD:g}]",
+            ),
+            "quantiles": (
+                lambda v: 1 <= v <= MAX_QUANTILES and float(v).is_integer(),
+                f"a whole number in [1, {MAX_QUANTILES}]",
+            ),
         }
         for key, (ok, what) in checks.items():
             value = getattr(self, key)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not ok(value):
                 raise ValueError(f"hedge: {key}={value!r}; expected {what}")
-        object.__setattr__(self, "explore", int(self.explore))
+        object.__setattr__(self, "confidence", float(self.confidence))
+        object.__setattr__(self, "flow_spread", float(self.flow_spread))
         object.__setattr__(self, "quantiles", int(self.quantiles))
 
 
@@ -147,12 +157,13 @@ def plan_counts(
 ) -> tuple[np.ndarray, HedgePlan]:
     """This tick's nodes of tasks in earliest-deadline order (rows of every array), and the
     plan of the ``~unknown`` ones: tasks whose prediction is ``unknown`` explore (step 1 of
-    the specification), the others are planned on ``num_nodes`` less theirs
+    the specification: a uniform share of the nodes each, at least one, as LARA explores),
+    the others are planned on ``num_nodes`` less theirs
     (:func:`hedge_plan`), and the nodes no kept task can use go to exploring tasks, then to
     the others, up to their caps."""
     k = len(cap)
     cap = np.asarray(cap, np.int64)
-    share = params.explore or max(1, num_nodes // max(k, 1))
+    share = max(1, num_nodes // max(k, 1))
     counts = np.zeros(k, np.int64)
     left = num_nodes
     for i in np.flatnonzero(unknown):  # exploring tasks in deadline order, while nodes last

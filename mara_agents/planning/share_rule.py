@@ -9,9 +9,9 @@ wants, then up to their caps.  While the tasks want every node between them, a t
 last.
 
 Two users, each with its own parameters: the ``flow_share`` scheduler
-(:mod:`mara_agents.baselines.flow_share`) and the predictor wrapper's
-``pred_nodes_needed`` and ``pred_share`` features (:mod:`flow_predictor.wrapper`, whose
-settings a policy file records).  Numpy only (compiled with numba where installed).
+(:mod:`mara_agents.baselines.flow_share`) and a policy's ``pred_nodes_needed`` and
+``pred_share`` features (:mod:`mara_agents.policy.features`, whose teacher spec a policy
+file records).  Numpy only (compiled with numba where installed).
 """
 
 from __future__ import annotations
@@ -23,26 +23,31 @@ from typing import Any
 
 import numpy as np
 
-from flow_predictor.remaining import RemainingWork
+from flow_predictor.remaining import REFRESH, RemainingWork
 from mara_env.compiled import maybe_njit
 from mara_env.schedulers import round_robin, ticks_formula, warm_nodes
+
+# The largest slack (ticks before the deadline) and refresh (a fraction of the reports).
+MAX_SLACK = 1000
+MAX_REFRESH = 10.0
 
 
 @dataclass(frozen=True)
 class FlowShareParams:
-    """The rule's parameters (the defaults: those the shipped flow_share and policy use)."""
+    """The rule's parameters (the defaults: those the shipped flow_share and policy use);
+    each is checked against its range here (a spec's error names the knob and the range)."""
 
     quantile: float = 0.9  # want: this quantile of remaining work must fit ...
     slack: int = 2  # ... this many ticks before the deadline
     drop: float = 0.05  # triage: serve last if this quantile cannot finish (0: never)
-    refresh: float = 0.1  # predict again once a task's reports grew by this fraction
+    refresh: float = REFRESH  # predict again once a task's reports grew by this fraction
 
     def __post_init__(self) -> None:
         expected = {
             "quantile": "a quantile in (0, 1]",
-            "slack": "a whole number >= 0 of ticks",
+            "slack": f"a whole number in [0, {MAX_SLACK}] of ticks",
             "drop": "a quantile in [0, 1) (0: off)",
-            "refresh": "a fraction >= 0 of the reports",
+            "refresh": f"a fraction in [0, {MAX_REFRESH:g}] of the reports",
         }
         for key, what in expected.items():
             value = getattr(self, key)
@@ -52,16 +57,16 @@ class FlowShareParams:
                 number = float("nan")
             ok = {
                 "quantile": 0 < number <= 1,
-                "slack": number >= 0 and number.is_integer(),
+                "slack": 0 <= number <= MAX_SLACK and number.is_integer(),
                 "drop": 0 <= number < 1,
-                "refresh": number >= 0,
+                "refresh": 0 <= number <= MAX_REFRESH,
             }[key]
             if not ok or isinstance(value, bool):
                 raise ValueError(f"flow_share: {key}={value!r}; expected {what}")
             object.__setattr__(self, key, int(number) if key == "slack" else number)
 
     def to_dict(self) -> dict[str, float | int]:
-        """Plain values (for a policy file's header)."""
+        """Plain values (for a teacher's spec)."""
         return asdict(self)
 
 

@@ -15,7 +15,8 @@ import numpy as np
 
 from flow_predictor.model import single_threaded
 from flow_predictor.remaining import FLOW_SAMPLES
-from flow_predictor.wrapper import make_predictor, wrap
+from flow_predictor.wrapper import make_predictor
+from mara_agents.policy.features import wrap
 from mara_agents.policy.inference import MaraPolicy, load_policy, slots_for
 from mara_agents.policy.policy_file import SHIPPED_POLICY, read_policy, trained_nodes
 from mara_env.config import ClusterConfig

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from flow_predictor.wrapper import FeatureSettings
+from mara_agents.policy.features import FeatureSettings
 from mara_agents.policy.network import MaraNet
 from mara_agents.policy.policy_file import (
     SHIPPED_POLICY,

@@ -46,7 +46,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from flow_predictor.wrapper import PREDICTOR_FEATURES
+from mara_agents.policy.features import ADDED_FEATURES
 from mara_env.cluster_env import CAP_SCALE, NODE_FEATURES, QUEUE_FEATURES, SLOT_FEATURES
 
 # Very negative but finite: exp() underflows to exactly 0 and 0 * logit stays 0 (no NaN).
@@ -65,7 +65,7 @@ PLAN_GAP_LIMIT = 2.0
 # The slot row's columns of the cap and of a predictor wrapper's pred_share (after the
 # env's features).
 CAP_INDEX = SLOT_FEATURES.index("cap")
-PLAN_INDEX = len(SLOT_FEATURES) + PREDICTOR_FEATURES.index("pred_share")
+PLAN_INDEX = len(SLOT_FEATURES) + ADDED_FEATURES.index("pred_share")
 
 
 class ModelError(ValueError):

@@ -8,14 +8,17 @@ A policy file is ``torch.save`` of a plain dict (loaded with ``weights_only=True
      "wrapper": "none" | "flow" | "flow+deadline" | "wls", "wrapper_options": {...},
      "state_dict": {...MaraNet weights...}, "source": "<where it came from>",
      "predictor_sha256": "<flow checkpoint digest>" | None,
-     "flow_share": {...FlowShareParams of the pred_nodes_needed / pred_share features...} | None,
+     "teacher": "<the spec of the scheduler whose plan the features read>" | None,
      "flow_samples": <flow samples per task behind the features> | None,
-     "hedge": {...HedgeParams behind pred_share...} | None,
-     "deadline_prior": [...the deadline prior's log ratios...] | None}
+     "deadline_prior": [...the deadline prior's log ratios...] | None,
+     "deadline_windows": [...its log windows, where it has them...] | None}
 
-``flow_share``, ``flow_samples``, ``hedge`` and ``deadline_prior`` are the predictor wrapper's
-:class:`~flow_predictor.wrapper.FeatureSettings` the policy was trained with; acting, its
-features are computed with them again (:func:`feature_settings_of`).
+``teacher`` (e.g. ``hedge:confidence=0.05:flow_spread=2.0:quantiles=256``), ``flow_samples``,
+``deadline_prior`` and ``deadline_windows`` are the
+:class:`~mara_agents.policy.features.FeatureSettings` the policy was trained with;
+acting, its features are computed with them again (:func:`feature_settings_of`).  Files
+written before the teacher was one spec record its knobs under ``flow_share`` and
+``hedge`` instead; :func:`teacher_of_old_header` reads them as the spec they meant.
 
 :func:`read_policy` reads a file once per process and checks its header;
 :func:`build_network` rebuilds :class:`~mara_agents.policy.network.MaraNet` from it.  Every
@@ -39,13 +42,13 @@ import numpy as np
 import torch
 
 from flow_predictor.deadline_prior import DeadlinePrior
-from flow_predictor.hedge_rule import HedgeParams
-from flow_predictor.share_rule import FlowShareParams
-from flow_predictor.wrapper import (
-    FLOW_DEADLINE,
-    PREDICTOR_FEATURES,
-    WRAPPERS,
+from flow_predictor.wrapper import FLOW_DEADLINE, WRAPPERS
+from mara_agents.planning.hedge_rule import HedgeParams
+from mara_agents.planning.share_rule import FlowShareParams
+from mara_agents.policy.features import (
+    ADDED_FEATURES,
     FeatureSettings,
+    TeacherPlan,
     feature_settings,
 )
 from mara_agents.policy.network import MaraNet, ModelConfig, ObsLayout
@@ -77,8 +80,8 @@ def save_policy(
     wrapper = env_config.get("wrapper", "none")
     options = env_config.get("wrapper_options") or {}
     settings = feature_settings(wrapper, options)
-    planner = None if settings is None else settings.planner
     prior = None if settings is None else settings.deadline_prior
+    windows = None if settings is None else settings.deadline_windows
     data = {
         "format": FORMAT,
         "version": VERSION,
@@ -90,10 +93,10 @@ def save_policy(
         "state_dict": net.state_dict(),
         "source": source,
         "predictor_sha256": _predictor_digest(wrapper, options),
-        "flow_share": None if settings is None else settings.rule.to_dict(),
+        "teacher": None if settings is None else settings.teacher,
         "flow_samples": settings.samples if wrapper in FLOW_WRAPPERS else None,
-        "hedge": None if planner is None else planner.to_dict(),
         "deadline_prior": list(prior) if prior else None,
+        "deadline_windows": list(windows) if windows else None,
     }
     # Written beside and renamed: an interrupted export never leaves a half-written file.
     tmp = out.with_name(out.name + ".tmp")
@@ -117,9 +120,9 @@ def file_digest(path: str | Path) -> str:
 
 
 def feature_settings_of(path: str | Path, data: dict[str, Any]) -> FeatureSettings | None:
-    """The :class:`~flow_predictor.wrapper.FeatureSettings` a checked policy dict's features
-    were computed with (None without a wrapper); a flow checkpoint other than the recorded
-    one is a :class:`PolicyFileError` (its features would mean something else)."""
+    """The :class:`~mara_agents.policy.features.FeatureSettings` a checked policy dict's
+    features were computed with (None without a wrapper); a flow checkpoint other than the
+    recorded one is a :class:`PolicyFileError` (its features would mean something else)."""
     wrapper, options = data["wrapper"], data.get("wrapper_options") or {}
     default = feature_settings(wrapper, options)
     if default is None:
@@ -135,7 +138,9 @@ def feature_settings_of(path: str | Path, data: dict[str, Any]) -> FeatureSettin
             f"its wrapper_options name has {digest!r}; retrain the policy, or use the "
             "predictor it was trained with"
         )
-    missing = [] if data.get("flow_share") is not None else ["flow_share"]
+    samples = data.get("flow_samples") or default.samples
+    teacher = data.get("teacher") or teacher_of_old_header(path, data, samples)
+    missing = [] if teacher is not None else ["teacher"]
     if wrapper in FLOW_WRAPPERS:
         missing += [] if recorded is not None else ["predictor_sha256"]
         unknown = data.get("flow_samples") is None and "n_samples" not in options
@@ -146,26 +151,65 @@ def feature_settings_of(path: str | Path, data: dict[str, Any]) -> FeatureSettin
             f"recorded): its predictor features are computed with {default}",
             stacklevel=3,
         )
-    rule = data.get("flow_share")
-    try:
-        rule = default.rule if rule is None else FlowShareParams(**rule)
-    except (TypeError, ValueError) as exc:
-        raise PolicyFileError(f"{path}: 'flow_share' holds {rule!r}: {exc}") from None
-    samples = data.get("flow_samples") or default.samples
-    if default.planner is None:
-        return FeatureSettings(rule=rule, samples=samples)
-    hedge, prior = data.get("hedge"), data.get("deadline_prior")
-    try:  # a flow+deadline policy acts with the planner and the prior it was trained with
-        # files written before the planner had its own quantile count: the flow samples
-        planner = HedgeParams(**{"quantiles": samples, **hedge})
-        deadline_prior = DeadlinePrior(np.asarray(prior, np.float64), {}).log_ratios
+    if wrapper != FLOW_DEADLINE:
+        return _settings(path, teacher or default.teacher, samples, (), ())
+    prior, windows = data.get("deadline_prior"), data.get("deadline_windows")
+    try:  # a flow+deadline policy acts with the prior it was trained with
+        x = None if windows is None else np.asarray(windows, np.float64)
+        fitted = DeadlinePrior(np.asarray(prior, np.float64), {}, x)
     except (TypeError, ValueError) as exc:
         raise PolicyFileError(
-            f"{path}: wrapper={wrapper!r} needs the 'hedge' knobs and the 'deadline_prior' "
-            f"it was trained with; the file holds {hedge!r} and a prior of "
-            f"{type(prior).__name__}: {exc}"
+            f"{path}: wrapper={wrapper!r} needs the 'deadline_prior' it was trained with; the "
+            f"file holds a prior of {type(prior).__name__}: {exc}"
         ) from None
-    return FeatureSettings(rule, samples, planner, tuple(float(v) for v in deadline_prior))
+    if teacher is None:
+        raise PolicyFileError(
+            f"{path}: wrapper={wrapper!r} needs the 'teacher' it was trained with (or the "
+            "'hedge' knobs of files written before it); the file records neither"
+        )
+    x = () if fitted.log_windows is None else tuple(float(v) for v in fitted.log_windows)
+    return _settings(path, teacher, samples, tuple(float(v) for v in fitted.log_ratios), x)
+
+
+def _settings(
+    path: str | Path,
+    teacher: str,
+    samples: int,
+    deadline_prior: tuple[float, ...],
+    deadline_windows: tuple[float, ...],
+) -> FeatureSettings:
+    """:class:`FeatureSettings` of a file's record, a defect of it a :class:`PolicyFileError`."""
+    try:
+        return FeatureSettings(teacher, samples, deadline_prior, deadline_windows)
+    except (TypeError, ValueError) as exc:
+        raise PolicyFileError(f"{path}: 'teacher' holds {teacher!r}: {exc}") from None
+
+
+# knobs of hedge that older files record and that never acted at these values
+_RETIRED_HEDGE_KNOBS = {"explore": 0, "tail": 0.0}
+
+
+def teacher_of_old_header(path: str | Path, data: dict[str, Any], samples: int) -> str | None:
+    """The teacher spec a file written before the ``teacher`` key meant by its ``flow_share``
+    and ``hedge`` keys (None if it records neither): hedge's knobs (its quantile count
+    the flow ``samples`` where unrecorded) when it records them, else flow_share's."""
+    share, hedge = data.get("flow_share"), data.get("hedge")
+    try:
+        rule = None if share is None else FlowShareParams(**share)
+        if hedge is None:
+            return None if rule is None else TeacherPlan("flow_share", rule).spec
+        hedge = dict(hedge)
+        for key, inert in _RETIRED_HEDGE_KNOBS.items():
+            if hedge.pop(key, inert) != inert:
+                raise ValueError(f"hedge's {key} was removed; only {key}={inert!r} can be read")
+        if rule not in (None, FlowShareParams()):
+            raise ValueError(f"a hedge teacher reads the share rule's defaults, not {share!r}")
+        knobs = HedgeParams(**{"quantiles": samples, **hedge})
+    except (TypeError, ValueError) as exc:
+        raise PolicyFileError(
+            f"{path}: 'flow_share' {share!r} and 'hedge' {hedge!r} are not a teacher: {exc}"
+        ) from None
+    return TeacherPlan("hedge", FlowShareParams(), knobs).spec
 
 
 def read_policy(path: str | Path = SHIPPED_POLICY) -> dict[str, Any]:
@@ -246,7 +290,7 @@ def build_network(path: str | Path, data: dict[str, Any]) -> MaraNet:
     k = layout.num_slots
     if not isinstance(k, int) or isinstance(k, bool) or k < 1:
         raise PolicyFileError(f"{path}: layout num_slots={k!r}; expected a positive integer")
-    slot_dim = len(SLOT_FEATURES) + (0 if wrapper == "none" else len(PREDICTOR_FEATURES))
+    slot_dim = len(SLOT_FEATURES) + (0 if wrapper == "none" else len(ADDED_FEATURES))
     expected = ObsLayout(len(NODE_FEATURES), slot_dim, k, len(QUEUE_FEATURES))
     if layout != expected:
         have, want = asdict(layout), asdict(expected)

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from flow_predictor.wrapper import make_wrapped_env
+from mara_agents.policy.features import make_wrapped_env
 from mara_agents.policy.network import MASKED_LOGIT, MaraNet, ObsLayout, model_config_from
 from mara_agents.policy.policy_file import warm_start_weights
 from mara_agents.training.experiment import Experiment

@@ -1,7 +1,7 @@
 """The MARA environment for RLlib: env creators, registered under two ids.
 
 ``mara_env`` stays free of ray; this module adapts its AEC env (optionally wrapped by the
-predictor observation wrapper, :func:`flow_predictor.wrapper.wrap`) to RLlib:
+predictor observation wrapper, :func:`mara_agents.policy.features.wrap`) to RLlib:
 
 * :data:`mara_env.ENV_ID` (``mara/ComputeCluster-v3``): the AEC env as a turn-based
   ``MultiAgentEnv`` through :class:`ray.rllib.env.wrappers.pettingzoo_env.PettingZooEnv`
@@ -11,7 +11,7 @@ predictor observation wrapper, :func:`flow_predictor.wrapper.wrap`) to RLlib:
   ``env_config["loads"]`` or ``env_config["jobs"]`` (an experiment's ``train_loads`` and
   ``train_jobs``) it is a :class:`MixedRoundEnv` whose episodes cycle through those loads
   and workloads (both in ``mara_env.round_env``; the
-  wrapped AEC env comes from :func:`flow_predictor.wrapper.make_wrapped_env`).
+  wrapped AEC env comes from :func:`mara_agents.policy.features.make_wrapped_env`).
 
 An env runner with :data:`VECTOR_MODE` (``config.env_runners(gym_env_vectorize_mode=...)``)
 asks the round creator for all its envs at once (``env_config["num_envs"]``) and gets a
@@ -31,7 +31,8 @@ from gymnasium.vector.utils import concatenate, iterate
 from ray.rllib.env.wrappers.pettingzoo_env import PettingZooEnv
 from ray.tune.registry import register_env
 
-from flow_predictor.wrapper import features_together, make_predictor, make_wrapped_env
+from flow_predictor.wrapper import features_together, make_predictor
+from mara_agents.policy.features import make_wrapped_env
 from mara_env import ENV_ID
 from mara_env.round_env import MixedRoundEnv, RoundEnv
 

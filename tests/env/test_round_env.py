@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from flow_predictor.wrapper import wrap
+from mara_agents.policy.features import wrap
 from mara_env.cluster_env import InvalidActionError, env
 from mara_env.round_env import RoundEnv
 

@@ -224,7 +224,7 @@ def test_mara_live_rejects_bad_input_before_anything_is_written(tmp_path, capsys
     "change, message",
     [
         ({"scheduler": "oracle"}, "'oracle' cannot run live: LiveCluster does not know"),
-        ({"scheduler": "lara:predictor=oracle"}, "cannot run live"),
+        ({"scheduler": "lara:predictor=exact"}, "cannot run live"),
         ({"out": "a_file"}, "a_file: is a file; expected a directory"),
         ({"params": "{n: 10, batch: 100000}"}, "job 'b': .*batch=100000: expected an integer"),
     ],

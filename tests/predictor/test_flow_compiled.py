@@ -184,7 +184,7 @@ def test_nodes_needed_is_the_first_count_that_ticks_needed_allows(compiled) -> N
     """flow_share's want (compiled where numba is installed) is the fewest nodes within the
     cap whose ``mara_env.schedulers.ticks_needed`` fits the time left, 0 if none does or
     the remaining work is unknown or "never"."""
-    from flow_predictor import share_rule
+    from mara_agents.planning import share_rule
     from mara_env.schedulers import ticks_needed
 
     first_fits = share_rule._first_fits if compiled else share_rule._first_fits.py_func

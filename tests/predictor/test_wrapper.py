@@ -1,4 +1,6 @@
-"""Observation wrapper: layout, spaces, caching, determinism, PettingZoo API."""
+"""Observation wrapper: layout, spaces, caching, determinism, PettingZoo API; with a
+policy's plan (:mod:`mara_agents.policy.features`), the plan's columns after the
+predictions."""
 
 from __future__ import annotations
 
@@ -11,19 +13,15 @@ from pettingzoo.test import api_test, seed_test, state_test
 
 from flow_predictor.checkpoint import load_predictor
 from flow_predictor.remaining import FLOW_SAMPLES
-from flow_predictor.share_rule import confident_nodes
 from flow_predictor.wls import WLSPredictor
-from flow_predictor.wrapper import (
-    FLOW_DEADLINE,
-    PREDICTOR_FEATURES,
-    PredictorFeatures,
-    feature_settings,
-)
+from flow_predictor.wrapper import FLOW_DEADLINE, PREDICTION_FEATURES, PredictorFeatures
+from mara_agents.planning.share_rule import confident_nodes
+from mara_agents.policy.features import ADDED_FEATURES, FeatureSettings, feature_settings
 from mara_env.cluster_env import CAP_SCALE, SLOT_FEATURES, env, parallel_env
 
 torch.set_num_threads(1)
 SMALL = {"num_nodes": 4, "num_slots": 3, "horizon": 20}
-P = len(PREDICTOR_FEATURES)
+P = len(ADDED_FEATURES)
 B = len(SLOT_FEATURES)  # the env's own slot features
 
 
@@ -33,7 +31,11 @@ def flow():
 
 
 def wrapped(predictor, **kw) -> PredictorFeatures:
-    return PredictorFeatures(env(**{**SMALL, **kw}), predictor=predictor)
+    """The env of ``kw`` with a flow/wls policy's features: predictions, flow_share's plan."""
+    settings = FeatureSettings()
+    return PredictorFeatures(
+        env(**{**SMALL, **kw}), predictor, settings.prediction(), settings.plan
+    )
 
 
 def round_starts(e, agent, seed: int):
@@ -102,9 +104,9 @@ def test_layout_extends_every_slot_and_keeps_queue(flow, kind):
     np.testing.assert_array_equal(obs["action_mask"], base["action_mask"])
     occupied = slots[:, 0] == 1
     assert np.all(slots[~occupied, B:] == 0)
-    fb = B + PREDICTOR_FEATURES.index("pred_fallback")
+    fb = B + ADDED_FEATURES.index("pred_fallback")
     assert (slots[occupied, fb] == 0).any()  # some task is predicted by the method itself
-    need = slots[occupied, B + PREDICTOR_FEATURES.index("pred_nodes_needed")]
+    need = slots[occupied, B + ADDED_FEATURES.index("pred_nodes_needed")]
     assert np.all((need > 0) & (need <= 1))
     assert np.all(need[slots[occupied, fb] == 1] == 1)  # no confident prediction: the cap
     q = slots[occupied, B : B + 3]
@@ -115,8 +117,8 @@ def test_layout_extends_every_slot_and_keeps_queue(flow, kind):
 def test_every_predictor_feature_is_its_definition(flow):
     """The per-tick path computes the features in one pass; each equals its definition
     (module docstring) recomputed from the cached predictions, bit for bit."""
-    from flow_predictor.share_rule import flow_share_counts
     from flow_predictor.wrapper import LOG_TICKS_SCALE, QUANTILES
+    from mara_agents.planning.share_rule import flow_share_counts
     from mara_env.cluster_env import OBS_LIMIT
 
     e = wrapped(flow, load=3.0, num_nodes=8, num_slots=8)
@@ -219,8 +221,9 @@ def test_one_flow_sample_count_for_the_wrapper_and_flow_share(monkeypatch):
     """PredictorFeatures' default, ``wrap(env, "flow")`` and flow_share load the flow model
     with the same sample count (FLOW_SAMPLES), unless the wrapper options name one."""
     import flow_predictor.checkpoint
-    from flow_predictor.wrapper import make_predictor, wrap
+    from flow_predictor.wrapper import make_predictor
     from mara_agents.baselines.flow_share import FlowShare
+    from mara_agents.policy.features import wrap
 
     asked: list[int] = []
 
@@ -245,7 +248,7 @@ def test_nodes_needed_feature_is_the_flow_share_want():
     # Light load: every active task is visible (the teacher predicts all active tasks).
     e = wrapped(load_predictor(n_samples=FLOW_SAMPLES), load=0.6, horizon=60)
     teacher = FlowShare()
-    col = B + PREDICTOR_FEATURES.index("pred_nodes_needed")
+    col = B + ADDED_FEATURES.index("pred_nodes_needed")
     checked = 0
     for obs, sim, visible in round_starts(e, SchedulerAgent(teacher), seed=5):
         tasks = e.unwrapped.engine.slot_tasks[visible]
@@ -267,7 +270,7 @@ def test_share_features_let_a_node_realise_flow_share_exactly():
 
     k = SMALL["num_nodes"]
     e = wrapped(load_predictor(n_samples=32), num_slots=k, load=1.5, horizon=40)
-    col = {n: i for i, n in enumerate(SLOT_FEATURES + PREDICTOR_FEATURES)}
+    col = {n: i for i, n in enumerate(SLOT_FEATURES + ADDED_FEATURES)}
     agent = SchedulerAgent(FlowShare())
     e.reset(seed=2)
     agent.reset(e, 2)
@@ -305,14 +308,15 @@ def test_flow_deadline_features_fuse_the_prior_and_share_is_the_hedge_plan():
 
     k = SMALL["num_nodes"] * 2
     settings = feature_settings(FLOW_DEADLINE)
-    assert settings.planner is not None and len(settings.deadline_prior) > 100
+    assert settings.plan.hedge is not None and len(settings.deadline_prior) > 100
     e = PredictorFeatures(
         env(**{**SMALL, "num_slots": k, "load": 1.5, "horizon": 40}),
-        predictor=load_predictor(n_samples=settings.samples),
-        settings=settings,
+        load_predictor(n_samples=settings.samples),
+        settings.prediction(),
+        settings.plan,
     )
     teacher = Hedge()
-    col = {n: B + i for i, n in enumerate(PREDICTOR_FEATURES)}
+    col = {n: B + i for i, n in enumerate(ADDED_FEATURES)}
     checked = 0
     for obs, sim, visible in round_starts(e, SchedulerAgent(teacher), seed=4):
         tasks = e.unwrapped.engine.slot_tasks[visible]
@@ -324,3 +328,19 @@ def test_flow_deadline_features_fuse_the_prior_and_share_is_the_hedge_plan():
             np.testing.assert_array_equal(share, want)
             checked += 1
     assert checked > 10
+
+
+def test_the_wrapper_alone_predicts_and_a_plan_only_adds_its_columns():
+    """Without a plan the wrapper writes :data:`PREDICTION_FEATURES` only; a policy's plan
+    adds its columns after them and changes none of the predictions."""
+    alone = PredictorFeatures(env(**SMALL), WLSPredictor())
+    planned = wrapped(WLSPredictor())
+    assert alone.slot_dim == B + len(PREDICTION_FEATURES) == planned.slot_dim - 2
+    for e in (alone, planned):
+        e.reset(seed=3)
+        play_until_reports(e)
+    k = SMALL["num_slots"]
+    a = alone.observe(alone.agent_selection)["observation"][8:].reshape(k, -1)
+    p = planned.observe(planned.agent_selection)["observation"][8:].reshape(k, -1)
+    np.testing.assert_array_equal(a, p[:, : a.shape[1]])
+    assert (a[:, 0] == 1).any()  # some slot was occupied

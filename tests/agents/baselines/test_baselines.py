@@ -188,10 +188,10 @@ def test_planned_work_by_predictor(episode_setup) -> None:
     while len(sim.active()) < 2 or min(len(sim.hist_work[k]) for k in sim.active()) < 6:
         sim.tick(uniform.assign(sim))
     tasks = sim.active()
-    exact = PlannedWork("oracle", 0.0, 0)
+    exact = PlannedWork("exact", 0.0, 0)
     exact.reset()
     assert np.allclose(exact.remaining(sim, tasks), sim.remaining_true(tasks))
-    half = PlannedWork("oracle", -0.5, 0)
+    half = PlannedWork("exact", -0.5, 0)
     total = sim.work[tasks] + sim.remaining_true(tasks)
     assert np.allclose(half.remaining(sim, tasks), np.maximum(0.5 * total - sim.work[tasks], 0))
     for name in ("wls", "flow"):

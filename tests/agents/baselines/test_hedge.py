@@ -6,11 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from flow_predictor.hedge_rule import finish_chances, hedge_plan
-from flow_predictor.remaining import RemainingWork
 from mara_agents.baselines import ALL_SCHEDULERS
-from mara_agents.baselines.hedge import CensoredFlow, Hedge
+from mara_agents.baselines.hedge import Hedge
 from mara_agents.evaluation.registry import SpecError, make_scheduler
+from mara_agents.planning.hedge_rule import MAX_QUANTILES, finish_chances, hedge_plan
 from mara_env.cluster import DONE, ClusterSim
 from mara_env.schedulers import run_episode, ticks_needed
 from tests.agents.baselines.test_rival_baselines import episode_setup, hand_built  # noqa: F401 (fixture)
@@ -18,7 +17,7 @@ from tests.agents.baselines.test_rival_baselines import episode_setup, hand_buil
 
 def test_registered() -> None:
     assert ALL_SCHEDULERS["hedge"] is Hedge
-    assert make_scheduler("hedge:predictor=oracle").predictor == "oracle"
+    assert make_scheduler("hedge:predictor=exact").predictor == "exact"
     assert make_scheduler("hedge").predictor == "flow+deadline"
     assert make_scheduler("hedge:predictor=flow").prior is None
     assert make_scheduler("hedge:predictor=exact:confidence=0.3").params.confidence == 0.3
@@ -85,7 +84,7 @@ def test_exact_twin_meets_every_task_a_single_task_plan_meets() -> None:
         ticks = ticks_needed(task["work"], nodes, 0, task["rate"], task["alpha"])
         feasible = bool((ticks <= task["deadline"]).any())
         sim = hand_built([task], num_nodes=8)
-        hedge = Hedge(predictor="oracle")
+        hedge = Hedge(predictor="exact")
         hedge.reset(sim, np.random.default_rng(0))
         while not sim.done:
             sim.tick(hedge.assign(sim))
@@ -97,10 +96,10 @@ def test_exact_twin_meets_every_task_a_single_task_plan_meets() -> None:
 @pytest.mark.parametrize(
     "spec",
     [
-        "hedge:predictor=oracle",
+        "hedge:predictor=exact",
         "hedge",
         "hedge:predictor=deadline",
-        "hedge:predictor=flow:tail=2:explore=1",
+        "hedge:predictor=flow",
     ],
 )
 def test_whole_episodes_are_valid_and_deterministic(spec, episode_setup) -> None:  # noqa: F811
@@ -126,9 +125,12 @@ def test_whole_episodes_are_valid_and_deterministic(spec, episode_setup) -> None
     [
         ("hedge:predictor=psychic", "predictor='psychic'"),
         ("hedge:confidence=1.5", "confidence=1.5"),
-        ("hedge:tail=0.5", "tail=0.5"),
-        ("hedge:explore=-1", "explore=-1"),
-        ("hedge:explore=2.5", "expected int"),
+        ("hedge:predictor=oracle", "predictor='oracle' is written predictor='exact'"),
+        ("hedge:tail=2", "unknown parameter 'tail'"),
+        ("hedge:explore=1", "unknown parameter 'explore'"),
+        ("hedge:confidence=0", "confidence=0; expected a probability in (0, 1]"),
+        ("hedge:flow_spread=1e9", "flow_spread=1000000000.0; expected a factor in (0, 100]"),
+        ("hedge:quantiles=1000000000000", f"expected a whole number in [1, {MAX_QUANTILES}]"),
         ("hedge:margin=0.1", "unknown parameter 'margin'"),
         ("hedge:flow_spread=0", "flow_spread=0"),
         ("hedge:quantiles=0", "quantiles=0"),
@@ -158,25 +160,3 @@ def test_the_deadline_informed_distribution_is_read_as_evenly_spaced_quantiles(
     samples = scheduler.predictions(sim, np.flatnonzero(sim.status == 1)).samples
     assert samples.shape[1] == quantiles
     assert (np.diff(samples, axis=1) >= 0).all()  # sorted: the quantiles, in order
-
-
-FALSE = np.zeros(2, bool)
-
-
-def test_flow_samples_past_its_horizon_are_censored_not_never() -> None:
-    class Cache:
-        def clear(self) -> None: ...
-
-        def get(self, sim, tasks) -> RemainingWork:
-            return RemainingWork(np.array([[1.0, np.inf, np.inf], [2.0, 3.0, 4.0]]), FALSE)
-
-    class Sim:
-        hist_work = [[1.0, 2.0], [1.0]]
-        work = np.array([4.0, 1.0])
-
-    tasks = np.array([0, 1])
-    # horizon 24 from the last report (work 2): at least 25 x 2 - 4 = 46 more work
-    rw = CensoredFlow(Cache(), 24.0, tail=4.0).get(Sim(), tasks)
-    assert rw.samples[0].tolist() == pytest.approx([1.0, 46 * 4**0.25, 46 * 4**0.75])
-    assert rw.samples[1].tolist() == [2.0, 3.0, 4.0]
-    assert np.isinf(CensoredFlow(Cache(), 24.0, tail=0).get(Sim(), tasks).samples).sum() == 2

@@ -266,7 +266,7 @@ def test_elasticflow_rejects_a_job_whose_minimum_share_does_not_fit() -> None:
         ],
         num_nodes=4,
     )
-    ef = start(ElasticFlow(predictor="oracle"), sim)
+    ef = start(ElasticFlow(predictor="exact"), sim)
     counts = ef.allocate(sim)
     assert ef.admitted.tolist() == [True, False, True]
     assert ef.rejected.tolist() == [False, True, False]
@@ -283,7 +283,7 @@ def test_elasticflow_gives_leftovers_by_marginal_return() -> None:
         [{"deadline": 100, "cap": 4, "work": 20.0}, {"deadline": 100, "cap": 4, "work": 2.0}],
         num_nodes=5,
     )
-    assert start(ElasticFlow(predictor="oracle"), sim).allocate(sim).tolist() == [4, 1]
+    assert start(ElasticFlow(predictor="exact"), sim).allocate(sim).tolist() == [4, 1]
     gains = -np.diff(finish_time(np.full(4, 20.0), np.arange(1, 5), np.zeros(4), 1.0, 1.0))
     assert gains == pytest.approx([10, 10 / 3, 5 / 3])
 
@@ -294,7 +294,7 @@ def test_elasticflow_serves_rejected_tasks_only_with_unwanted_nodes() -> None:
         [{"deadline": 50, "cap": 2, "work": 10.0}, {"deadline": 3, "cap": 4, "work": 100.0}],
         num_nodes=8,
     )
-    ef = start(ElasticFlow(predictor="oracle"), sim)
+    ef = start(ElasticFlow(predictor="exact"), sim)
     assert ef.allocate(sim).tolist() == [2, 4]
     assert ef.rejected.tolist() == [False, True]
 
@@ -310,7 +310,7 @@ def test_elasticflow_explores_until_it_can_predict() -> None:
     assert (ef.admitted | ef.rejected).all()  # now each has been decided
 
 
-@pytest.mark.parametrize("predictor", ["wls", "flow", "oracle"])
+@pytest.mark.parametrize("predictor", ["wls", "flow", "exact"])
 def test_elasticflow_predictors_are_built_from_a_spec(predictor) -> None:
     ef = make_scheduler(f"elasticflow:predictor={predictor}:margin=0.2")
     assert isinstance(ef, ElasticFlow) and ef.predictor == predictor and ef.margin == 0.2
@@ -319,7 +319,7 @@ def test_elasticflow_predictors_are_built_from_a_spec(predictor) -> None:
         == {
             "wls": 6,
             "flow": 3,
-            "oracle": 0,
+            "exact": 0,
         }[predictor]
     )
 
@@ -347,7 +347,7 @@ def test_elasticflow_margin_must_be_a_number() -> None:
 
 def test_elasticflow_predicted_work_takes_the_margin_on_total_work() -> None:
     sim = hand_built([{"deadline": 60, "cap": 4, "work": 40.0}], num_nodes=4)
-    ef = start(ElasticFlow(predictor="oracle", margin=0.5), sim)
+    ef = start(ElasticFlow(predictor="exact", margin=0.5), sim)
     run_ticks(ef, sim, 3)  # 8 work done (a cold tick, then 4 a tick)
     assert sim.work[0] == 8.0
     assert ef.remaining(sim, np.array([0]))[0] == pytest.approx(40 * 1.5 - 8)
@@ -370,7 +370,7 @@ def test_registered_and_torch_free_at_import() -> None:
 
 
 SPECS = (*NAMES, "fifo:backfill=any", "tiresias:thresholds=8-32:starve=10")
-SPECS += ("elasticflow:predictor=oracle", "elasticflow:predictor=flow")
+SPECS += ("elasticflow:predictor=exact", "elasticflow:predictor=flow")
 
 
 @pytest.mark.parametrize("spec", SPECS)

@@ -221,7 +221,7 @@ def real_config(load: float) -> ClusterConfig:
 
 # the schedulers checked against the bound: the rules, the planners on exact work, and on
 # predictions
-BOUNDED = ("edf", "uniform", "oracle", "least_slack", "lara", "hedge:predictor=oracle", "hedge")
+BOUNDED = ("edf", "uniform", "oracle", "least_slack", "lara", "hedge:predictor=exact", "hedge")
 
 
 @pytest.mark.parametrize("load", [1.0, 2.0])

@@ -167,7 +167,7 @@ def test_headline_plots_tell_every_spec_apart_and_draw_the_paired_leads(
     assert all(
         line["mara"].get_linewidth() > ln.get_linewidth() for s, ln in line.items() if s != "mara"
     )
-    clairvoyant = ("bound", "oracle", "flow_share:predictor=oracle", "hedge:predictor=exact")
+    clairvoyant = ("bound", "oracle", "flow_share:predictor=exact", "hedge:predictor=exact")
     for ref in (*clairvoyant, "uniform"):
         r, g, b = to_rgb(line[ref].get_color())
         assert r == g == b and line[ref].get_linestyle() != "-"

@@ -223,7 +223,7 @@ def real_rounds(policy, seed: int, rng: np.random.Generator) -> dict[str, torch.
     """The rounds, batched, of an 8-node val episode at load 2 seen through ``policy``'s
     wrapper, random actions taken; rounds without a task are left out (their attention
     scores sit at -1e4: see the reference block above)."""
-    from flow_predictor.wrapper import wrap
+    from mara_agents.policy.features import wrap
     from mara_env.cluster_env import env
     from mara_env.round_env import RoundEnv
 

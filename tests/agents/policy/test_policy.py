@@ -150,7 +150,7 @@ def test_missing_or_directory_policy_is_named(tmp_path: Path) -> None:
 def test_the_harness_agent_acts_round_by_round_as_the_policy_acts_node_by_node() -> None:
     """MaraAgent decodes a whole round at its first node; every node gets the action the
     shipped policy gives that node's own (wrapped) AEC observation."""
-    from flow_predictor.wrapper import wrap
+    from mara_agents.policy.features import wrap
     from mara_env.cluster_env import env
 
     policy = load_policy(SHIPPED_POLICY)
@@ -226,7 +226,7 @@ def test_greedy_decoding_gives_each_node_its_argmax_given_the_earlier_nodes(
     argmax of its logits given the earlier nodes' actions (teacher forcing on them), and
     its logits are those, on random networks and random rounds (not only on the shipped
     policy's easy rounds)."""
-    from flow_predictor.wrapper import wrap
+    from mara_agents.policy.features import wrap
     from mara_agents.policy.rounds import decode, teacher_forced_logits
     from mara_env.cluster_env import env
     from mara_env.round_env import RoundEnv

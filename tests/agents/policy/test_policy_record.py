@@ -11,10 +11,17 @@ import torch
 
 from flow_predictor.checkpoint import SHIPPED_CHECKPOINT
 from flow_predictor.remaining import FLOW_SAMPLES
-from flow_predictor.share_rule import DEFAULTS, FlowShareParams
+from mara_agents.planning.hedge_rule import HedgeParams
+from mara_agents.planning.share_rule import DEFAULTS
 from mara_agents.policy.agent import MaraAgent
+from mara_agents.policy.features import HEDGE_TEACHER, SHARE_TEACHER, FeatureSettings
 from mara_agents.policy.inference import load_policy
-from mara_agents.policy.policy_file import SHIPPED_POLICY, PolicyFileError, save_policy
+from mara_agents.policy.policy_file import (
+    SHIPPED_POLICY,
+    PolicyFileError,
+    save_policy,
+    teacher_of_old_header,
+)
 
 
 def shipped_with(tmp_path, **changes):
@@ -34,23 +41,65 @@ def test_the_shipped_policy_records_what_it_was_trained_with_and_loads_silently(
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         policy = load_policy()
-    assert policy.meta["flow_share"] == DEFAULTS.to_dict()
     digest = hashlib.sha256(SHIPPED_CHECKPOINT.read_bytes()).hexdigest()
     assert policy.meta["predictor_sha256"] == digest
-    from flow_predictor.hedge_rule import DEFAULTS as HEDGE
+    # MARA reads the plan the `hedge` baseline makes, named by one spec
+    assert policy.features.teacher == HEDGE_TEACHER
+    assert HEDGE_TEACHER == "hedge:confidence=0.05:flow_spread=2.0:quantiles=256"
 
-    assert policy.features.planner == HEDGE  # MARA reads the plan the `hedge` baseline makes
+
+def test_an_old_header_reads_as_the_teacher_spec_it_meant(tmp_path):
+    """Files written before the ``teacher`` key record flow_share's and hedge's knobs
+    under their own keys (as the shipped policy does): each reads as one spec, and a knob
+    that no spec can hold is a one-line error naming the file."""
+    shipped = torch.load(SHIPPED_POLICY, weights_only=True)
+    assert "teacher" not in shipped and shipped["hedge"]["explore"] == 0
+    assert teacher_of_old_header("p", shipped, 32) == HEDGE_TEACHER
+    # written before hedge had its own quantile count: the flow samples'
+    older = {"flow_share": DEFAULTS.to_dict(), "hedge": {"confidence": 0.05, "tail": 0.0}}
+    assert teacher_of_old_header("p", older, 32).endswith(":quantiles=32")
+    rule = {**DEFAULTS.to_dict(), "quantile": 0.8}
+    assert teacher_of_old_header("p", {"flow_share": rule}, 32) == (
+        "flow_share:quantile=0.8:slack=2:drop=0.05:refresh=0.1"
+    )
+    assert teacher_of_old_header("p", {}, 32) is None
+    for bad, words in [
+        ({"hedge": {"explore": 1}}, "explore was removed"),
+        ({"hedge": {}, "flow_share": rule}, "reads the share rule's defaults"),
+        ({"hedge": {"quantiles": 10**12}}, "quantiles=1000000000000"),
+    ]:
+        with pytest.raises(PolicyFileError, match=words) as err:
+            teacher_of_old_header("p.pt", bad, 32)
+        assert "p.pt" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_teacher_spec_reads_back_as_itself_and_bad_ones_are_named():
+    spec = "hedge:confidence=0.1:flow_spread=1.5:quantiles=64"
+    settings = FeatureSettings(spec)
+    assert settings.teacher == spec and settings.plan.hedge == HedgeParams(0.1, 1.5, 64)
+    assert FeatureSettings("hedge").teacher == HEDGE_TEACHER
+    assert FeatureSettings("flow_share").teacher == SHARE_TEACHER
+    for bad, words in [
+        ("lara", "expected one of ['flow_share', 'hedge']"),
+        ("hedge:explore=1", "'explore=1'; expected key=value"),
+        ("hedge:quantiles=many", "quantiles='many'; expected a number"),
+        ("hedge:quantiles=1000000000000", "hedge: quantiles=1000000000000; expected a whole"),
+    ]:
+        with pytest.raises(ValueError) as err:
+            FeatureSettings(bad)
+        assert words in str(err.value)
 
 
 def test_save_policy_writes_the_record(tmp_path):
     net = load_policy().net
     env = {"wrapper": "flow", "wrapper_options": {"n_samples": 32}}
     data = torch.load(save_policy(net, tmp_path / "p.pt", env), weights_only=True)
-    assert data["flow_share"] == {"quantile": 0.9, "slack": 2, "drop": 0.05, "refresh": 0.1}
+    assert data["teacher"] == "flow_share:quantile=0.9:slack=2:drop=0.05:refresh=0.1"
+    assert "flow_share" not in data and "hedge" not in data
     assert data["predictor_sha256"] == hashlib.sha256(SHIPPED_CHECKPOINT.read_bytes()).hexdigest()
     assert data["flow_samples"] == 32
     bare = torch.load(save_policy(net, tmp_path / "n.pt", {}), weights_only=True)
-    assert bare["flow_share"] is None and bare["predictor_sha256"] is None
+    assert bare["teacher"] is None and bare["predictor_sha256"] is None
     assert bare["flow_samples"] is None
     default = torch.load(
         save_policy(net, tmp_path / "d.pt", {"wrapper": "flow"}), weights_only=True
@@ -60,19 +109,20 @@ def test_save_policy_writes_the_record(tmp_path):
 
 def test_the_recorded_settings_are_the_ones_acted_with(tmp_path):
     """A policy's features are computed with the settings its file records (another
-    sample count, another share rule), whatever the wrapper's defaults."""
+    sample count, another teacher), whatever the wrapper's defaults."""
     from mara_env.cluster_env import env
 
-    rule = {**DEFAULTS.to_dict(), "quantile": 0.8}
-    path = shipped_with(tmp_path, flow_samples=64, wrapper_options={}, flow_share=rule)
+    teacher = "hedge:confidence=0.1:flow_spread=2.0:quantiles=128"
+    path = shipped_with(tmp_path, flow_samples=64, wrapper_options={}, teacher=teacher)
     agent = MaraAgent(path)
     features = agent.policy.features
-    assert (features.rule, features.samples) == (FlowShareParams(**rule), 64)
+    assert (features.teacher, features.samples) == (teacher, 64)
     assert agent._predictor.noise.shape[0] == 64
     aec = env(num_nodes=4, num_slots=agent.slots_for(4), horizon=6, split="val")
     aec.reset(seed=0)
     agent.reset(aec, seed=0)
-    assert agent._rounds.aec.settings.rule.quantile == 0.8
+    assert agent._rounds.aec.plan.hedge.confidence == 0.1
+    assert agent._rounds.aec.settings.quantiles == 128  # the teacher's, fusing the prior
 
 
 def test_a_file_without_a_flow_sample_count_warns_unless_its_options_name_one(tmp_path):
@@ -97,10 +147,9 @@ def test_an_unreadable_recorded_checkpoint_is_refused(tmp_path):
         load_policy(path)
 
 
-@pytest.mark.parametrize("key", ["flow_share", "predictor_sha256"])
-def test_a_file_without_the_record_loads_with_a_warning(tmp_path, key):
-    path = shipped_with(tmp_path, **{key: None})
-    with pytest.warns(UserWarning, match=f"does not record its .*'{key}'"):
+def test_a_file_without_the_record_loads_with_a_warning(tmp_path):
+    path = shipped_with(tmp_path, predictor_sha256=None)
+    with pytest.warns(UserWarning, match="does not record its .*'predictor_sha256'"):
         policy = load_policy(path)
     assert policy.net.layout == load_policy().net.layout
 
@@ -110,24 +159,23 @@ def test_a_flow_deadline_policy_records_and_acts_with_its_prior_and_planner(tmp_
     trained with, acts with them (not with whatever prior ships later), and a file without
     them is a one-line error naming it."""
     from flow_predictor.deadline_prior import DeadlinePrior
-    from flow_predictor.hedge_rule import DEFAULTS as HEDGE
 
     net = load_policy().net
     env = {"wrapper": "flow+deadline", "wrapper_options": {}}
     path = save_policy(net, tmp_path / "p.pt", env)
     data = torch.load(path, weights_only=True)
-    assert data["hedge"] == HEDGE.to_dict()
+    assert data["teacher"] == HEDGE_TEACHER
     assert data["deadline_prior"] == pytest.approx(DeadlinePrior.load().log_ratios.tolist())
     assert data["predictor_sha256"] == hashlib.sha256(SHIPPED_CHECKPOINT.read_bytes()).hexdigest()
     data["deadline_prior"] = [v - 1.0 for v in data["deadline_prior"]]
     torch.save(data, path)
     policy = load_policy(path)
     assert policy.features.deadline_prior[0] == pytest.approx(data["deadline_prior"][0])
-    assert policy.features.planner == HEDGE
-    # a file written before the planner had its own quantile count read the flow samples'
-    data["hedge"].pop("quantiles")
+    assert policy.features.teacher == HEDGE_TEACHER
+    data.pop("teacher")  # and none of the keys that recorded it before
     torch.save(data, path)
-    assert load_policy(path).features.planner.quantiles == data["flow_samples"]
+    with pytest.raises(PolicyFileError, match="needs the 'teacher'"):
+        load_policy(path)
     data.pop("deadline_prior")
     torch.save(data, path)
     with pytest.raises(PolicyFileError) as err:

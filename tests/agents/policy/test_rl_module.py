@@ -11,8 +11,8 @@ import torch
 from gymnasium import spaces
 from ray.rllib.core.columns import Columns
 
-from flow_predictor.wrapper import PREDICTOR_FEATURES
 from mara_agents.policy.agent import MaraAgent
+from mara_agents.policy.features import ADDED_FEATURES
 from mara_agents.policy.inference import load_policy
 from mara_agents.policy.network import MaraNet, ModelConfig, ObsLayout
 from mara_agents.training.export import export_checkpoint
@@ -42,7 +42,7 @@ def make_module(slot_dim: int = SLOT, **model: object) -> MaraRLModule:
 
 
 # without / with predictor features
-@pytest.mark.parametrize("slot_dim", [SLOT, SLOT + len(PREDICTOR_FEATURES)])
+@pytest.mark.parametrize("slot_dim", [SLOT, SLOT + len(ADDED_FEATURES)])
 def test_never_picks_a_masked_action(slot_dim: int) -> None:
     module = make_module(slot_dim)
     batch = random_batch(512, slot_dim=slot_dim)
@@ -99,7 +99,7 @@ def test_module_fits_the_env_with_and_without_predictor_features(
         action_space=next(iter(env.action_spaces.values())),
         model_config={"hidden": 8, "heads": 2, "critic_hidden": 8},
     )
-    assert module.layout.slot_dim == SLOT + (0 if wrapper == "none" else len(PREDICTOR_FEATURES))
+    assert module.layout.slot_dim == SLOT + (0 if wrapper == "none" else len(ADDED_FEATURES))
     obs, _ = env.reset(seed=1)
     for _ in range(60):
         agent, o = next(iter(obs.items()))

@@ -23,8 +23,8 @@ def test_demonstrations_are_what_the_aec_env_shows_each_node() -> None:
     actions are taken, the teacher's action, and the round's return-to-go."""
     import numpy as np
 
-    from flow_predictor.wrapper import make_wrapped_env
     from mara_agents.evaluation.registry import make_scheduler
+    from mara_agents.policy.features import make_wrapped_env
     from mara_agents.training.clone import collect_demonstrations
     from mara_agents.training.experiment import parse_experiment
     from mara_env.schedulers import SchedulerAgent

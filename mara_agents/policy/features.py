@@ -1,0 +1,236 @@
+"""The policy's observation: the predictor wrapper's predictions, then its teacher's plan.
+
+A policy observes each slot's env features, the predictor wrapper's
+:data:`~flow_predictor.wrapper.PREDICTION_FEATURES` (:mod:`flow_predictor.wrapper`: it
+predicts, it does not plan), and :data:`PLAN_FEATURES`, the per-slot plan of one
+scheduler, its *teacher*, named by a spec (``flow_share:quantile=0.9:slack=2:...`` or
+``hedge:confidence=0.05:...``; :class:`TeacherPlan`):
+
+* ``pred_nodes_needed``: the share rule's want / cap
+  (:func:`~mara_agents.planning.share_rule.want_and_count`: the fewest nodes that finish
+  the task ``slack`` ticks early if its remaining work is the ``quantile`` of the
+  prediction; the cap when none within it does);
+* ``pred_share``: the teacher's count / cap: flow_share's round-robin up to those wants,
+  or hedge's knapsack (:func:`~mara_agents.planning.hedge_rule.plan_counts`).
+
+With a ``hedge`` teacher the want is the share rule's with its defaults, and the teacher's
+``quantiles`` and ``flow_spread`` also set how the ``flow+deadline`` predictions fuse the
+flow model with the deadline prior: every hedge knob is read from the one spec.  With
+every active task visible (``num_slots >= num_nodes``) the plan is the teacher
+scheduler's own.  A policy file records the teacher's spec in one header line
+(:mod:`mara_agents.policy.policy_file`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any, ClassVar
+
+import numpy as np
+from pettingzoo import AECEnv
+
+from flow_predictor.deadline_prior import DeadlinePrior
+from flow_predictor.remaining import FLOW_SAMPLES, RemainingWorkPredictor
+from flow_predictor.wrapper import (
+    FLOW_DEADLINE,
+    PREDICTION_FEATURES,
+    PlanRows,
+    PredictionSettings,
+    PredictorFeatures,
+    make_predictor,
+)
+from mara_agents.planning.hedge_rule import HedgeParams, plan_counts
+from mara_agents.planning.share_rule import FlowShareParams, want_and_count
+from mara_env.cluster_env import env as make_aec_env
+from mara_env.config import ClusterConfig
+
+PLAN_FEATURES = ("pred_nodes_needed", "pred_share")
+# what a wrapped env adds to each slot row after the env's own features
+ADDED_FEATURES = PREDICTION_FEATURES + PLAN_FEATURES
+# the schedulers whose plan a policy can read, and their knobs
+TEACHERS: dict[str, type] = {"flow_share": FlowShareParams, "hedge": HedgeParams}
+
+
+def _number(text: str) -> int | float:
+    """A knob's value from its spec text: an int, else a float."""
+    try:
+        return int(text)
+    except ValueError:
+        return float(text)
+
+
+@dataclass(frozen=True)
+class TeacherPlan:
+    """The per-slot plan of a teacher scheduler (:data:`PLAN_FEATURES`): its knobs, and the
+    share rule behind ``pred_nodes_needed`` (the teacher's own for ``flow_share``, the
+    rule's defaults for ``hedge``)."""
+
+    name: str
+    share: FlowShareParams
+    hedge: HedgeParams | None = None
+    columns: ClassVar[tuple[str, ...]] = PLAN_FEATURES
+
+    @classmethod
+    def from_spec(cls, spec: str) -> TeacherPlan:
+        """The plan of ``NAME[:key=value...]``, ``NAME`` one of :data:`TEACHERS`."""
+        name, *params = spec.split(":")
+        if name not in TEACHERS:
+            raise ValueError(f"teacher {spec!r}: expected one of {list(TEACHERS)}")
+        known = [f.name for f in fields(TEACHERS[name])]
+        kwargs: dict[str, Any] = {}
+        for p in params:
+            key, eq, text = p.partition("=")
+            if not eq or key not in known:
+                raise ValueError(f"teacher {spec!r}: {p!r}; expected key=value, a key of {known}")
+            try:
+                kwargs[key] = _number(text)
+            except ValueError:
+                raise ValueError(f"teacher {spec!r}: {key}={text!r}; expected a number") from None
+        knobs = TEACHERS[name](**kwargs)
+        if name == "hedge":
+            return cls(name, FlowShareParams(), knobs)
+        return cls(name, knobs)
+
+    @property
+    def spec(self) -> str:
+        """The spec naming this plan with every knob written out (it reads back equal)."""
+        knobs = self.share if self.hedge is None else self.hedge
+        return ":".join([self.name, *(f"{k}={v!r}" for k, v in knobs.to_dict().items())])
+
+    @property
+    def levels(self) -> tuple[float, ...]:
+        """The quantile levels the share rule reads: its want's and its triage's."""
+        return (self.share.quantile, self.share.drop)
+
+    def write(self, rows: PlanRows, out: np.ndarray) -> None:
+        """:data:`PLAN_FEATURES` of every task of ``rows`` into ``out`` (tasks x 2)."""
+        share = self.share
+        with np.errstate(invalid="ignore", divide="ignore"):  # what ticks_needed ignores
+            want, count = want_and_count(
+                rows.quantiles[:, 0],
+                rows.quantiles[:, 1],
+                rows.fallback,
+                rows.left,
+                rows.cap,
+                rows.nodes_now,
+                rows.rate,
+                rows.alpha,
+                float(share.slack),
+                share.drop > 0,
+                rows.starts,
+                rows.num_nodes,
+            )
+        out[:, 0] = want / rows.cap
+        if self.hedge is None:
+            out[:, 1] = count / rows.cap
+            return
+        for s in range(len(rows.num_nodes)):  # hedge plans each simulation on its own nodes
+            part = slice(rows.starts[s], rows.starts[s + 1])
+            samples = rows.samples[part]
+            counts, _ = plan_counts(
+                samples,
+                rows.fallback[part] | np.isnan(samples).any(axis=1),
+                rows.left[part],
+                rows.cap[part],
+                rows.nodes_now[part],
+                rows.rate[part],
+                rows.alpha[part],
+                int(rows.num_nodes[s]),
+                self.hedge,
+            )
+            out[part, 1] = counts / rows.cap[part]
+
+
+SHARE_TEACHER = TeacherPlan("flow_share", FlowShareParams()).spec
+HEDGE_TEACHER = TeacherPlan("hedge", FlowShareParams(), HedgeParams()).spec
+
+
+@dataclass(frozen=True)
+class FeatureSettings:
+    """How a policy's added features are computed: its ``teacher`` (a spec of
+    :data:`TEACHERS`, the one source of the plan's knobs), the flow samples per task
+    (``samples``, flow wrapper only) and, for the ``flow+deadline`` wrapper, the deadline
+    prior's log ratios (and log windows, where it has them).  A policy file records them
+    (header keys ``teacher``, ``flow_samples``, ``deadline_prior`` and ``deadline_windows``)
+    and acts with them."""
+
+    teacher: str = SHARE_TEACHER
+    samples: int = FLOW_SAMPLES
+    deadline_prior: tuple[float, ...] = field(default=(), repr=False)
+    deadline_windows: tuple[float, ...] = field(default=(), repr=False)
+    plan: TeacherPlan = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        plan = TeacherPlan.from_spec(self.teacher)
+        if self.deadline_prior and plan.hedge is None:
+            raise ValueError(
+                f"teacher {self.teacher!r} with a deadline prior: expected a hedge teacher "
+                "(its quantiles and flow_spread fuse the prior with the flow model)"
+            )
+        object.__setattr__(self, "teacher", plan.spec)
+        object.__setattr__(self, "plan", plan)
+
+    def prediction(self) -> PredictionSettings:
+        """The predictor wrapper's settings: the samples, the share rule's refresh and, with
+        a deadline prior, the teacher's quantiles and flow spread."""
+        plan = self.plan
+        if not self.deadline_prior or plan.hedge is None:
+            return PredictionSettings(self.samples, plan.share.refresh)
+        return PredictionSettings(
+            self.samples,
+            plan.share.refresh,
+            self.deadline_prior,
+            self.deadline_windows,
+            plan.hedge.quantiles,
+            plan.hedge.flow_spread,
+        )
+
+
+def feature_settings(wrapper: str, options: dict[str, Any] | None = None) -> FeatureSettings | None:
+    """The settings of ``wrapper``'s features built with ``options`` (None for ``none``):
+    ``flow`` and ``wls`` read flow_share's plan; ``flow+deadline`` hedge's, with the
+    deadline prior of ``options["deadline_prior"]`` (a file, default the shipped one)."""
+    if wrapper == "none":
+        return None
+    options = options or {}
+    samples = int(options.get("n_samples", FLOW_SAMPLES))
+    if wrapper != FLOW_DEADLINE:
+        return FeatureSettings(SHARE_TEACHER, samples)
+    prior = DeadlinePrior.load(options.get("deadline_prior"))
+    windows = () if prior.log_windows is None else tuple(float(v) for v in prior.log_windows)
+    ratios = tuple(float(v) for v in prior.log_ratios)
+    return FeatureSettings(HEDGE_TEACHER, samples, ratios, windows)
+
+
+def wrap(
+    env: AECEnv,
+    wrapper: str,
+    options: dict[str, Any] | None = None,
+    predictor: RemainingWorkPredictor | None = None,
+    settings: FeatureSettings | None = None,
+) -> AECEnv:
+    """``env`` with a policy's features per slot: ``flow`` (shipped model), ``flow+deadline``,
+    ``wls``, or ``none``; ``predictor``: the one
+    :func:`~flow_predictor.wrapper.make_predictor` built for them (else built now);
+    ``settings``: those of the features (default: :func:`feature_settings` of the options)."""
+    settings = settings or feature_settings(wrapper, options)
+    if predictor is None and settings is not None:
+        predictor = make_predictor(wrapper, options, settings.samples)
+    if predictor is None or settings is None:
+        return env
+    return PredictorFeatures(env, predictor, settings.prediction(), settings.plan)
+
+
+def make_wrapped_env(
+    env_config: dict[str, Any], predictor: RemainingWorkPredictor | None = None
+) -> AECEnv:
+    """The AEC env for ``{"cluster": {...}, "wrapper": ..., "wrapper_options": {...}}``
+    (``predictor``: the one :func:`~flow_predictor.wrapper.make_predictor` built for its
+    wrapper, else built now)."""
+    cluster = ClusterConfig.from_dict(dict(env_config.get("cluster", {})))
+    return wrap(
+        make_aec_env(config=cluster),
+        env_config.get("wrapper", "none"),
+        env_config.get("wrapper_options"),
+        predictor,
+    )
