@@ -33,9 +33,9 @@ class TraceError(ValueError):
 def read_table(
     path: Path, error: type[ValueError] = TraceError, text: bool = False
 ) -> pd.DataFrame:
-    """A Parquet or CSV table (``text``: CSV cells as text, empty ones missing) with its
-    header names stripped of spaces (and a CSV's cells of those after a comma); ``error``, one line naming ``path``, if it cannot be
-    read or a header name is empty or given twice."""
+    """A Parquet or CSV table (``text``: CSV cells as text, empty ones missing), header
+    names stripped of spaces (a CSV's cells too, of those after a comma); ``error``, one
+    line naming ``path``, if it cannot be read or a name is empty or given twice."""
     if path.suffix in (".parquet", ".pq"):
         try:
             df = pd.read_parquet(path)
