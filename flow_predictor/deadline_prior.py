@@ -233,17 +233,20 @@ class DeadlineInformed:
     """Remaining work from the deadline prior, fused with the flow model's samples where it
     has them (:func:`combine`; the interface of
     :class:`~flow_predictor.remaining.PredictionCache`).  ``cache``: the flow model's
-    predictions (``None``: the prior alone)."""
+    predictions (``None``: the prior alone); ``flow_spread``: the factor on the flow
+    model's log spread, given by the planner whose plan this serves (needed with a cache)."""
 
     def __init__(
         self,
         prior: DeadlinePrior,
         cache: PredictionCache | None,
         n_samples: int,
-        flow_spread: float = 1.0,
+        flow_spread: float | None = None,
     ) -> None:
+        if cache is not None and flow_spread is None:
+            raise ValueError("DeadlineInformed: a flow cache needs its flow_spread (the planner's)")
         self.prior, self.cache = prior, cache
-        self.n_samples, self.flow_spread = int(n_samples), float(flow_spread)
+        self.n_samples, self.flow_spread = int(n_samples), flow_spread
 
     def clear(self) -> None:
         """Forget every task (new episode)."""

@@ -47,7 +47,7 @@ def test_registered_in_pettingzoo_registry():
     e = pettingzoo.make("aec", mara_env.ENV_ID, **SMALL)
     e.reset(seed=0)
     # the name follows the registered id's version (it once said v0 after the id was v1)
-    assert e.unwrapped.metadata["name"] == "mara_compute_cluster_v2"
+    assert e.unwrapped.metadata["name"] == "mara_compute_cluster_v3"
     assert mara_env.parallel_env(**SMALL).metadata["name"] == env_name(mara_env.ENV_ID)
     p = pettingzoo.make("parallel", mara_env.ENV_ID, **SMALL)
     obs, _ = p.reset(seed=0)
@@ -296,13 +296,13 @@ def test_play_random_is_a_seeded_random_policy_through_the_api() -> None:
     from mara_env.schedulers import SCHEDULERS, run_episode
 
     def once(seed: int) -> dict:
-        e = raw_env(num_nodes=6, num_slots=12, horizon=30, split="val")
+        e = raw_env(num_nodes=6, num_slots=12, horizon=30, split="val", load=2.0)
         play_random(e, seed)
         assert e.engine.finished
         return e.engine.sim.metrics()
 
     first = once(3)
     assert first == once(3) and first != once(4)
-    e = raw_env(num_nodes=6, num_slots=12, horizon=30, split="val")
+    e = raw_env(num_nodes=6, num_slots=12, horizon=30, split="val", load=2.0)
     uniform = run_episode(SCHEDULERS["uniform"](), e.engine.config, e.engine.sim.traces, 3)
     assert first["completion_rate"] < uniform["completion_rate"]

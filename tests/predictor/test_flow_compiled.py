@@ -91,7 +91,7 @@ def test_flow_share_completes_what_it_did_with_the_numpy_path() -> None:
         ["flow_share"],
         loads=sorted(PINNED_EPISODES),
         episodes=4,
-        config=ClusterConfig(split="val"),
+        config=ClusterConfig(split="val", deadline_model="unbiased"),
         workers=1,
         progress=False,
     )

@@ -68,7 +68,12 @@ def test_features_together_are_each_envs_own(flow, monkeypatch) -> None:
 def test_round_vector_env_steps_as_its_envs_alone(monkeypatch) -> None:
     from mara_agents.training.rllib_env import RoundVectorEnv, round_env_creator
 
-    config = {"cluster": dict(SMALL), "wrapper": "flow", "loads": [1.0, 3.0]}
+    # env v2's deadlines: episodes short enough that several end within the steps below
+    config = {
+        "cluster": {**SMALL, "deadline_model": "unbiased"},
+        "wrapper": "flow",
+        "loads": [1.0, 3.0],
+    }
     vec = round_env_creator({**config, "num_envs": 3})
     assert isinstance(vec, RoundVectorEnv) and vec.num_envs == 3
     predictors = {id(e.aec.predictor) for m in vec.envs for e in m.envs}

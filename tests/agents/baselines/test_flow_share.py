@@ -76,8 +76,15 @@ PINNED = {
 @pytest.mark.parametrize("spec", sorted(PINNED))
 def test_seeded_episodes_are_those_of_the_rule_before_it_moved(spec) -> None:
     traces = power_law_traces()
-    # The workload the pins were taken with (deadline_sigma 0.5, the slack before v2's).
-    cfg = ClusterConfig(num_nodes=8, num_slots=4, horizon=40, load=1.5, slack_range=(1.1, 2.0))
+    # The workload the pins were taken with (env v2's deadlines, the slack before v2's).
+    cfg = ClusterConfig(
+        num_nodes=8,
+        num_slots=4,
+        horizon=40,
+        load=1.5,
+        slack_range=(1.1, 2.0),
+        deadline_model="unbiased",
+    )
     keys = ("completed", "expired", "reassignments", "wasted_node_ticks")
     got = [
         tuple(run_episode(make_scheduler(spec), cfg, traces, s)[k] for k in keys) for s in range(3)
