@@ -150,9 +150,20 @@ def test_the_main_job_writes_every_table_on_a_small_run(tmp_path) -> None:
     assert "### Paired difference vs mara" in summary
     assert "### Share of the room above uniform closed, towards bound" in summary
     assert "replayed days of the job trace 'philly' (test days, 16 nodes)" in summary
+    # the deadline models side by side, first: mara and lara against uniform under each
+    assert summary.index("## Deadline models side by side") < summary.index("## Task-completion")
+    table = (tmp_path / "results" / "deadline_models.md").read_text()
+    assert "| scheduler | padded, load 1 | unbiased, load 1 | blind, load 1 |" in table
+    assert [line.split(" |")[0] for line in table.splitlines() if line.startswith("| ")][1:] == [
+        "| mara",
+        "| uniform",
+        "| lara",
+    ]
     out = tmp_path / "results"
     for name in (
         "schedulers/results.csv",
+        "deadline_models/blind/results.csv",
+        "deadline_models/unbiased/results.csv",
         "replayed/results.csv",
         "episode_gantt.png",
         "replayed/day_gantt.png",
