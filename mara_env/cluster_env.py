@@ -18,6 +18,7 @@ from pettingzoo.utils import wrappers
 
 from mara_env.cluster import ClusterSim, ClusterState
 from mara_env.config import ClusterConfig
+from mara_env.node_view import inverse_caps, slot_view
 from mara_env.schedulers import edf_order
 from mara_env.traces import LOSS_FLOOR, TraceSet, load_traces
 from mara_env.workload import reference_nodes
@@ -172,9 +173,8 @@ class ClusterEngine:
         self._node_slot = slot_of[sim.node_task]
         self.pending = np.bincount(self._node_slot[self._node_slot >= 0], minlength=k)
         self.assign = np.full(n, -1, np.int64)
-        self._mask = np.ones(k + 1, np.int8)
-        self._mask[:-1] = self.slot_tasks >= 0
-        self._inv_cap = 1.0 / np.maximum(self.slot_cap, 1)
+        self._mask = np.ones(k + 1, np.int8)  # idle (the last action) is never masked
+        self._inv_cap = inverse_caps(np, self.slot_cap)
         # Everything is computed once a round: every node's own features (one row per
         # node), and the shared part of ``state``, which act() keeps up to date with the
         # round's choices; observe() then copies the shared part and adds the node's row.
@@ -192,8 +192,8 @@ class ClusterEngine:
         shared[self._node_dim : self.obs_dim] = self._slot_matrix(visible).ravel()
         shared[self.obs_dim :] = self._queue_features()
         np.clip(shared, -OBS_LIMIT, OBS_LIMIT, out=shared)
-        shared[self._pending_at] = self.pending * self._inv_cap  # nodes_chosen: all 0
         self._shared = shared
+        self._refresh_slots(slice(0, k))
         self.phi = sim.potential() if phi is None else phi
 
     def _slot_matrix(self, tasks: np.ndarray) -> np.ndarray:
@@ -218,6 +218,16 @@ class ClusterEngine:
         f[:s, _SLOT["cap"]] = wl.cap[tasks] / CAP_SCALE
         f[:s, _SLOT["alpha"]] = wl.alpha[tasks]
         return f
+
+    def _refresh_slots(self, s: int | slice) -> None:
+        """Write the round's per-node columns and mask entries of slot(s) ``s`` from their
+        counts (:func:`mara_env.node_view.slot_view`)."""
+        chosen, pending, room = slot_view(
+            self.chosen[s], self.pending[s], self._inv_cap[s], self.slot_cap[s]
+        )
+        self._shared[self._chosen_at[s]] = chosen
+        self._shared[self._pending_at[s]] = pending
+        self._mask[s] = room
 
     def _queue_features(self) -> np.ndarray:
         f = np.zeros(len(QUEUE_FEATURES), np.float32)
@@ -290,15 +300,13 @@ class ClusterEngine:
         s = self._node_slot[i]
         if s >= 0:
             self.pending[s] -= 1
-            self._shared[self._pending_at[s]] = self.pending[s] * self._inv_cap[s]
+            self._refresh_slots(s)
         if a == k:
             return None
         if mask[a]:
             self.chosen[a] += 1
-            self._shared[self._chosen_at[a]] = self.chosen[a] * self._inv_cap[a]
             self.assign[i] = self.slot_tasks[a]
-            if self.chosen[a] >= self.slot_cap[a]:
-                mask[a] = 0
+            self._refresh_slots(a)
             return None
         self.invalid_counts[i] += 1
         self.last_invalid[i] = {"asked": a, "mask": mask.tolist()}

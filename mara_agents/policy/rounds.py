@@ -14,10 +14,11 @@ node) and runs the network on it:
   batched call (what PPO trains on);
 * :func:`round_value`: the centralized critic, once per round.
 
-Every one of them reads the per-node features from :func:`per_node_features`, the one
-rule that rebuilds them in torch.  :class:`mara_agents.training.rl_module.MaraRoundModule`
-trains through these; :meth:`mara_agents.policy.inference.MaraPolicy.act_round` (what the
-evaluation harness acts with) decodes through :func:`decode`.
+Every one of them reads the per-node features from :func:`per_node_features`, which
+computes them by the env's own rule (:mod:`mara_env.node_view`) on torch tensors.
+:class:`mara_agents.training.rl_module.MaraRoundModule` trains through these;
+:meth:`mara_agents.policy.inference.MaraPolicy.act_round` (what the evaluation harness acts
+with) decodes through :func:`decode`.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import torch
 import torch.nn.functional as F
 
 from mara_agents.policy.network import MINE_INDEX, MaraNet, ObsLayout
+from mara_env import node_view
 
 Obs = dict[str, torch.Tensor]
 # Nodes scored per pass of the greedy decoder: a pass costs WINDOW x K whatever N is.  At
@@ -48,7 +50,7 @@ def served(obs: Obs, k: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 def inverse_caps(obs: Obs) -> torch.Tensor:
     """``1 / max(cap, 1)`` ``(B, 1, K)`` in float64, as the engine scales counts."""
-    return (1.0 / obs["slot_cap"].to(torch.float64).clamp(min=1.0))[:, None, :]
+    return node_view.inverse_caps(torch, obs["slot_cap"])[:, None, :]
 
 
 def per_node_features(
@@ -63,11 +65,12 @@ def per_node_features(
     the slot it served (``mine``, rows of :func:`served`) and the slot counts ``(B, M, K)``
     of earlier nodes' choices (``chosen``) and of nodes still to choose that served each
     slot in the last tick (``pending``); ``inv``: :func:`inverse_caps`."""
-    # As the engine: count * (1 / cap) in float64, then float32 (0 and 1 are exact).
     inv = inverse_caps(obs) if inv is None else inv
-    feats = torch.stack([chosen * inv, pending * inv, mine.to(inv.dtype)], -1).float()
-    # a slot that earlier nodes filled to its cap is masked; idle (the last action) never
-    full = F.pad(chosen >= obs["slot_cap"][:, None, :], (0, 1))
+    slot_cap = obs["slot_cap"][:, None]
+    nodes_chosen, nodes_pending, room = node_view.slot_view(chosen, pending, inv, slot_cap)
+    # in float64 as the engine, then float32 as its observations (0 and 1 are exact)
+    feats = torch.stack([nodes_chosen, nodes_pending, mine.to(inv.dtype)], -1).float()
+    full = F.pad(~room, (0, 1))  # idle (the last action) is never masked
     mask = obs["action_mask"][:, None].expand(-1, feats.shape[1], -1).masked_fill(full, 0)
     return feats, mask
 
