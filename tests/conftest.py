@@ -1,4 +1,6 @@
-"""Shared fixtures: small environment configs on the shipped trace library."""
+"""Shared fixtures: small environment configs on the shipped trace library, and the small
+env with a policy's observation (predictions, then a plan) that the predictor and policy
+tests share."""
 
 from __future__ import annotations
 
@@ -19,6 +21,39 @@ SMALL = {
     "traces": TRACES,
     "split": os.environ.get("MARA_TEST_SPLIT", "train"),
 }
+
+
+# The predictor wrapper's tests: fewer slots than nodes, so tasks queue beyond the slots.
+WRAPPED_SMALL = {"num_nodes": 4, "num_slots": 3, "horizon": 20}
+
+
+def wrapped(predictor, **kw):
+    """The env of ``WRAPPED_SMALL`` and ``kw`` with a policy's observation: the predictor
+    wrapper's predictions by ``predictor``, then the default teacher's plan (flow_share)."""
+    from flow_predictor.wrapper import PredictorFeatures
+    from mara_agents.policy.features import FeatureSettings
+    from mara_env.cluster_env import env
+
+    settings = FeatureSettings()
+    return PredictorFeatures(
+        env(**{**WRAPPED_SMALL, **kw}), predictor, settings.prediction(), settings.plan
+    )
+
+
+def play_until_reports(e, reports: int = 3, seed: int = 0) -> None:
+    """Random valid actions in ``e`` (reset) until a visible task has ``reports`` loss reports."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    engine = e.unwrapped.engine
+    for _ in range(200 * len(e.possible_agents)):
+        tasks = engine.slot_tasks[engine.slot_tasks >= 0]
+        if any(len(engine.sim.hist_work[k]) >= reports for k in tasks):
+            return
+        obs, _, term, trunc, _ = e.last()
+        assert not (term or trunc)
+        e.step(int(rng.choice(np.flatnonzero(obs["action_mask"]))))
+    raise AssertionError("no task reported enough losses")
 
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,6 +1,5 @@
-"""Observation wrapper: layout, spaces, caching, determinism, PettingZoo API; with a
-policy's plan (:mod:`mara_agents.policy.features`), the plan's columns after the
-predictions."""
+"""Observation wrapper: layout, spaces, caching, determinism, PettingZoo API (the plan's
+columns after the predictions: tests/agents/policy/test_features.py)."""
 
 from __future__ import annotations
 
@@ -14,13 +13,13 @@ from pettingzoo.test import api_test, seed_test, state_test
 from flow_predictor.checkpoint import load_predictor
 from flow_predictor.remaining import FLOW_SAMPLES, MIN_REPORTS
 from flow_predictor.wls import WLSPredictor
-from flow_predictor.wrapper import FLOW_DEADLINE, PREDICTION_FEATURES, PredictorFeatures
-from mara_agents.planning.share_rule import confident_nodes
-from mara_agents.policy.features import ADDED_FEATURES, FeatureSettings, feature_settings
-from mara_env.cluster_env import CAP_SCALE, SLOT_FEATURES, env, parallel_env
+from flow_predictor.wrapper import PredictorFeatures
+from mara_agents.policy.features import ADDED_FEATURES
+from mara_env.cluster_env import SLOT_FEATURES, env, parallel_env
+from tests.conftest import WRAPPED_SMALL, play_until_reports, wrapped
 
 torch.set_num_threads(1)
-SMALL = {"num_nodes": 4, "num_slots": 3, "horizon": 20}
+SMALL = WRAPPED_SMALL
 P = len(ADDED_FEATURES)
 B = len(SLOT_FEATURES)  # the env's own slot features
 
@@ -28,44 +27,6 @@ B = len(SLOT_FEATURES)  # the env's own slot features
 @pytest.fixture(scope="module")
 def flow():
     return load_predictor(n_samples=16)
-
-
-def wrapped(predictor, **kw) -> PredictorFeatures:
-    """The env of ``kw`` with a flow/wls policy's features: predictions, flow_share's plan."""
-    settings = FeatureSettings()
-    return PredictorFeatures(
-        env(**{**SMALL, **kw}), predictor, settings.prediction(), settings.plan
-    )
-
-
-def round_starts(e, agent, seed: int):
-    """Play an episode of ``e`` with ``agent`` (a ``SchedulerAgent``); at the first node of
-    each round yield its observation, the simulation and the mask of occupied slots."""
-    e.reset(seed=seed)
-    agent.reset(e, seed)
-    engine = e.unwrapped.engine
-    for name in e.agent_iter():
-        obs, _, term, trunc, _ = e.last()
-        if term or trunc:
-            e.step(None)
-            continue
-        if name == e.possible_agents[0]:
-            yield obs, engine.sim, engine.slot_tasks >= 0
-        e.step(agent.act(e, name))
-
-
-def play_until_reports(e, reports: int = 3, seed: int = 0) -> None:
-    """Random valid actions until a visible task has ``reports`` loss reports."""
-    rng = np.random.default_rng(seed)
-    engine = e.unwrapped.engine
-    for _ in range(200 * SMALL["num_nodes"]):
-        tasks = engine.slot_tasks[engine.slot_tasks >= 0]
-        if any(len(engine.sim.hist_work[k]) >= reports for k in tasks):
-            return
-        obs, _, term, trunc, _ = e.last()
-        assert not (term or trunc)
-        e.step(int(rng.choice(np.flatnonzero(obs["action_mask"]))))
-    raise AssertionError("no task reported enough losses")
 
 
 def test_api_test_with_shipped_flow(flow):
@@ -240,109 +201,3 @@ def test_one_flow_sample_count_for_the_wrapper_and_flow_share(monkeypatch):
     assert asked == [FLOW_SAMPLES] * 3
     make_predictor("flow", {"n_samples": 8})
     assert asked[-1] == 8
-
-
-def test_nodes_needed_feature_is_the_flow_share_want():
-    """The clone's teacher and the policy's feature agree: same predictions, same want."""
-    from mara_agents.baselines.flow_share import FlowShare
-    from mara_env.schedulers import SchedulerAgent
-
-    # Light load: every active task is visible (the teacher predicts all active tasks).
-    e = wrapped(load_predictor(n_samples=FLOW_SAMPLES), load=0.6, horizon=60)
-    teacher = FlowShare()
-    col = B + ADDED_FEATURES.index("pred_nodes_needed")
-    checked = 0
-    for obs, sim, visible in round_starts(e, SchedulerAgent(teacher), seed=5):
-        tasks = e.unwrapped.engine.slot_tasks[visible]
-        if len(tasks) == len(sim.active()):
-            want = confident_nodes(sim, tasks, teacher._predictions.get(sim, tasks))
-            slots = obs["observation"][8:].reshape(SMALL["num_slots"], -1)
-            feature = slots[visible, col]
-            np.testing.assert_allclose(feature, want / sim.workload.cap[tasks], rtol=1e-6)
-            checked += int((want < sim.workload.cap[tasks]).sum())
-    assert checked > 0  # some slot had a want below its cap
-
-
-def test_share_features_let_a_node_realise_flow_share_exactly():
-    """With K >= N the per-node rule "stay while your task's pred_share exceeds
-    nodes_chosen, else join the first slot with share - chosen - pending > 0" takes
-    exactly the flow_share teacher's actions: the clone's targets are learnable."""
-    from mara_agents.baselines.flow_share import FlowShare
-    from mara_env.schedulers import SchedulerAgent
-
-    k = SMALL["num_nodes"]
-    e = wrapped(load_predictor(n_samples=32), num_slots=k, load=1.5, horizon=40)
-    col = {n: i for i, n in enumerate(SLOT_FEATURES + ADDED_FEATURES)}
-    agent = SchedulerAgent(FlowShare())
-    e.reset(seed=2)
-    agent.reset(e, 2)
-    steps = moved = 0
-    for name in e.agent_iter():
-        obs, _, term, trunc, _ = e.last()
-        if term or trunc:
-            e.step(None)
-            continue
-        slots = obs["observation"][8:].reshape(k, -1).astype(np.float64)
-        cap = slots[:, col["cap"]] * CAP_SCALE
-        count, chosen, pending = (
-            np.rint(slots[:, col[f]] * cap) for f in ("pred_share", "nodes_chosen", "nodes_pending")
-        )
-        mine = np.flatnonzero(slots[:, col["is_mine"]] > 0)
-        room = np.flatnonzero((slots[:, col["occupied"]] > 0) & (count - chosen - pending > 0))
-        if len(mine) and count[mine[0]] > chosen[mine[0]]:
-            rule = int(mine[0])
-        else:
-            rule = int(room[0]) if len(room) else k
-            moved += len(mine) > 0
-        action = agent.act(e, name)
-        assert rule == action, f"{name} at tick {e.unwrapped.engine.sim.t}"
-        steps += 1
-        e.step(action)
-    assert steps > 100 and moved > 0  # some node left its task for another
-
-
-def test_flow_deadline_features_fuse_the_prior_and_share_is_the_hedge_plan():
-    """The ``flow+deadline`` wrapper: every slot is predicted from arrival on (the deadline
-    prior needs no report), and with every active task visible ``pred_share`` is the
-    ``hedge`` scheduler's count exactly (the clone's teacher and the feature agree)."""
-    from mara_agents.baselines.hedge import Hedge
-    from mara_env.schedulers import SchedulerAgent
-
-    k = SMALL["num_nodes"] * 2
-    settings = feature_settings(FLOW_DEADLINE)
-    assert settings.plan.hedge is not None and len(settings.deadline_prior) > 100
-    e = PredictorFeatures(
-        env(**{**SMALL, "num_slots": k, "load": 1.5, "horizon": 40}),
-        load_predictor(n_samples=settings.samples),
-        settings.prediction(),
-        settings.plan,
-    )
-    teacher = Hedge()
-    col = {n: B + i for i, n in enumerate(ADDED_FEATURES)}
-    checked = 0
-    for obs, sim, visible in round_starts(e, SchedulerAgent(teacher), seed=4):
-        tasks = e.unwrapped.engine.slot_tasks[visible]
-        slots = obs["observation"][8:].reshape(k, -1)[visible]
-        assert (slots[:, col["pred_q50"]] > 0).all()  # predicted from arrival on
-        if len(tasks) == len(sim.active()) and len(tasks):
-            want = teacher.allocate(sim)[tasks]
-            share = np.rint(slots[:, col["pred_share"]] * sim.workload.cap[tasks])
-            np.testing.assert_array_equal(share, want)
-            checked += 1
-    assert checked > 10
-
-
-def test_the_wrapper_alone_predicts_and_a_plan_only_adds_its_columns():
-    """Without a plan the wrapper writes :data:`PREDICTION_FEATURES` only; a policy's plan
-    adds its columns after them and changes none of the predictions."""
-    alone = PredictorFeatures(env(**SMALL), WLSPredictor())
-    planned = wrapped(WLSPredictor())
-    assert alone.slot_dim == B + len(PREDICTION_FEATURES) == planned.slot_dim - 2
-    for e in (alone, planned):
-        e.reset(seed=3)
-        play_until_reports(e)
-    k = SMALL["num_slots"]
-    a = alone.observe(alone.agent_selection)["observation"][8:].reshape(k, -1)
-    p = planned.observe(planned.agent_selection)["observation"][8:].reshape(k, -1)
-    np.testing.assert_array_equal(a, p[:, : a.shape[1]])
-    assert (a[:, 0] == 1).any()  # some slot was occupied
