@@ -52,9 +52,12 @@ def test_an_old_header_reads_as_the_teacher_spec_it_meant(tmp_path):
     """Files written before the ``teacher`` key record flow_share's and hedge's knobs
     under their own keys (as the shipped policy does): each reads as one spec, and a knob
     that no spec can hold is a one-line error naming the file."""
-    shipped = torch.load(SHIPPED_POLICY, weights_only=True)
-    assert "teacher" not in shipped and shipped["hedge"]["explore"] == 0
-    assert teacher_of_old_header("p", shipped, 32) == HEDGE_TEACHER
+    assert torch.load(SHIPPED_POLICY, weights_only=True)["teacher"] == HEDGE_TEACHER
+    # mara_v12 (the starting weights of the shipped recipe) has the old header
+    old = torch.load(SHIPPED_POLICY.with_name("mara_v12.pt"), weights_only=True)
+    assert "teacher" not in old and old["hedge"]["explore"] == 0
+    v14 = {**old, "hedge": {**old["hedge"], "quantiles": 256}}  # as mara_v14 recorded it
+    assert teacher_of_old_header("p", v14, 32) == HEDGE_TEACHER
     # written before hedge had its own quantile count: the flow samples'
     older = {"flow_share": DEFAULTS.to_dict(), "hedge": {"confidence": 0.05, "tail": 0.0}}
     assert teacher_of_old_header("p", older, 32).endswith(":quantiles=32")
