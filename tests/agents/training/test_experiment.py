@@ -57,7 +57,7 @@ def test_ablations_differ_from_the_method_in_one_thing() -> None:
         ),
         (
             {"pretrain": {"scheduler": "flow_share:predictor=gp", "episodes": 2}},
-            ["predictor", "'flow'"],
+            ["predictor", "flow, wls, exact"],
         ),
     ],
 )
