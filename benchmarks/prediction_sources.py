@@ -1,142 +1,200 @@
-"""How well each source of remaining-work predictions knows the work: flow, deadline, fused.
+"""Per trace family, how well each source of remaining-work predictions knows the work.
 
-How to run:   python benchmarks/prediction_sources.py [--episodes 6] [--loads 1.0,2.0]
-                  [--split val]
-Plays the harness's episodes (base seed 0, 16 nodes) with the ``hedge`` scheduler and, at
-every tick, asks three sources for every active task's remaining-work samples: the flow
-model alone (as ``hedge:predictor=flow`` reads it), the deadline prior alone
-(``flow_predictor.deadline_prior``, fitted on the train split), and the two fused (what
-``hedge`` and the ``flow+deadline`` wrapper read).  Against each task's exact remaining
-work it prints, by the task's reports so far: how often a source has a prediction, its
-median |log(median / truth)| (a median of "never" counts as an infinite error), the share
-of truths inside its 10-90 % interval (0.8 when calibrated), and, for the chance that the
-task's cap from now on finishes it by its deadline, the mean predicted chance against the
-share that do (the pessimism or optimism a planner inherits).
-Results to expect: docs/predictor.md ("The deadline prior").
+How to run:   python benchmarks/prediction_sources.py [--split test] [--deadline-model padded]
+                  [--episodes 6] [--loads 1.0,2.0] [--seed 0] [--csv PATH [--force]]
+Plays the harness's episodes (base seed ``--seed``, 16 nodes, the split's traces, deadlines
+drawn by ``--deadline-model``) with the ``hedge`` scheduler and, at every tick, asks three
+sources for every active task's remaining-work samples, so that each source's cache
+refreshes as ``hedge``'s does: the flow model alone (as ``hedge:predictor=flow`` reads it),
+the deadline prior alone (``flow_predictor.deadline_prior``, the shipped one, fitted on the
+train split), and the two fused (what ``hedge`` and the ``flow+deadline`` wrapper read).
+
+A task counts once at each report count in :data:`REPORTS`: at the first tick it is active
+with exactly that many loss reports (0 is its arrival, before any report).  A task that
+completes or expires first, or whose reports pass the count within one tick, is not counted
+there; nor is a task whose trace never reaches its target (no finite truth).  Against each
+counted task's exact remaining work it prints, per family and for all families together,
+per source and report count: the share of tasks with a prediction, the median
+|log(median / truth)| among them (a median of "never" counts as an infinite error), the
+share of truths inside the 10-90 % interval (0.8 when calibrated), and n.  ``--csv`` writes
+the same rows.
+Results to expect: docs/predictor.md ("How well each source knows the work").
 """
 
 from __future__ import annotations
 
 import argparse
+from contextlib import nullcontext
+from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from flow_predictor.checkpoint import load_predictor
 from flow_predictor.deadline_prior import DeadlineInformed, DeadlinePrior
 from flow_predictor.remaining import FLOW_SAMPLES, PredictionCache
 from mara_agents.baselines.hedge import Hedge
 from mara_agents.evaluation.runner import episode_seed
-from mara_agents.planning.hedge_rule import finish_chances
+from mara_agents.outputs import OutputError, claim_file
 from mara_agents.planning.share_rule import DEFAULTS as SHARE
+from mara_env.atomic import atomic_write
 from mara_env.cluster import ClusterSim
-from mara_env.config import ClusterConfig
+from mara_env.config import DEADLINE_MODELS, SPLITS, ClusterConfig
 from mara_env.schedulers import edf_order
 from mara_env.traces import load_traces
 
-BANDS = ((0, 3), (3, 6), (6, 12), (12, 10**9))
+REPORTS = (0, 1, 3, 10)
+SOURCES = ("flow", "deadline", "fused")
+COLUMNS = ("family", "source", "reports", "predicted", "log_error", "coverage", "n")
 
 
-class Sources:
-    """The three sources, each with its own cache, asked about the same tasks."""
-
-    def __init__(self) -> None:
-        prior = DeadlinePrior.load()
-        model = load_predictor(n_samples=FLOW_SAMPLES)  # one model, a cache per source
-        flow = PredictionCache(model, SHARE.refresh)
-        fused = PredictionCache(model, SHARE.refresh)
-        self.sources = {
-            "flow": flow,
-            "deadline": DeadlineInformed(prior, None, FLOW_SAMPLES),
-            "fused": DeadlineInformed(prior, fused, FLOW_SAMPLES, Hedge().params.flow_spread),
-        }
-
-    def clear(self) -> None:
-        for s in self.sources.values():
-            s.clear()
+def make_sources() -> dict[str, Any]:
+    """The three sources by name, each with its own cache, over one flow model."""
+    prior = DeadlinePrior.load()
+    model = load_predictor(n_samples=FLOW_SAMPLES)
+    return {
+        "flow": PredictionCache(model, SHARE.refresh),
+        "deadline": DeadlineInformed(prior, None, FLOW_SAMPLES),
+        "fused": DeadlineInformed(
+            prior,
+            PredictionCache(model, SHARE.refresh),
+            FLOW_SAMPLES,
+            Hedge().params.flow_spread,
+        ),
+    }
 
 
-def measure(sim: ClusterSim, sources: Sources, rows: list[tuple]) -> None:
-    """One row per active task and source: (source, reports, known, |log error|, inside
-    10-90 %, predicted chance at the cap, finishes at the cap)."""
+def measure(
+    sim: ClusterSim, sources: dict[str, Any], seen: set[tuple[int, int]], rows: list[tuple]
+) -> None:
+    """Ask every source about the active tasks; one row (family, source, reports, known,
+    |log error|, inside 10-90 %) per source and task counted now (``seen``: the (task,
+    reports) pairs counted before in this episode)."""
     tasks = edf_order(sim)
     if not len(tasks):
         return
-    wl = sim.workload
-    truth = sim.remaining_true(tasks)
-    args = (
-        (wl.deadline[tasks] - sim.t).astype(np.float64),
-        wl.cap[tasks],
-        sim.nodes_now[tasks].astype(np.float64),
-        wl.rate[tasks],
-        wl.alpha[tasks],
-    )
-    exact, _ = finish_chances(truth[:, None], *args)
-    at_cap = exact[np.arange(len(tasks)), wl.cap[tasks]]
+    answers = {name: source.get(sim, tasks) for name, source in sources.items()}
     reports = np.array([len(sim.hist_work[k]) for k in tasks])
-    for name, source in sources.sources.items():
-        rw = source.get(sim, tasks)
-        known = ~(rw.fallback | np.isnan(rw.samples).any(axis=1))
-        s = np.where(known[:, None], rw.samples, 1.0)
+    truth = sim.remaining_true(tasks)
+    counted = [
+        i
+        for i, (k, r) in enumerate(zip(tasks.tolist(), reports.tolist()))
+        if r in REPORTS and (k, r) not in seen and np.isfinite(truth[i]) and truth[i] > 0
+    ]
+    if not counted:
+        return
+    seen.update((int(tasks[i]), int(reports[i])) for i in counted)
+    truth, families = truth[counted], sim.task_families()[tasks[counted]]
+    for name, rw in answers.items():
+        samples = rw.samples[counted]
+        known = ~(rw.fallback[counted] | np.isnan(samples).any(axis=1))
+        s = np.where(known[:, None], samples, 1.0)
         # "never" (inf) read as the largest float: quantiles among them stay huge, not nan
         q10, q50, q90 = np.quantile(np.minimum(s, 1e300), [0.1, 0.5, 0.9], axis=1)
-        chance, _ = finish_chances(s, *args)
-        with np.errstate(divide="ignore", invalid="ignore"):
+        with np.errstate(divide="ignore"):  # a median of 0: an infinite error
             error = np.abs(np.log(q50 / truth))
         inside = (q10 <= truth) & (truth <= q90)
-        p_cap = chance[np.arange(len(tasks)), wl.cap[tasks]]
-        for i in np.flatnonzero(np.isfinite(truth) & (truth > 0)):
-            rows.append((name, reports[i], known[i], error[i], inside[i], p_cap[i], at_cap[i]))
+        rows.extend(zip(families, [name] * len(counted), reports[counted], known, error, inside))
 
 
-def main() -> None:
-    """Parse the arguments, play the episodes and print the table."""
-    p = argparse.ArgumentParser(
-        description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    p.add_argument("--episodes", type=int, default=6, help="episodes per load (default 6)")
-    p.add_argument("--loads", default="1.0,2.0", help="load factors (default 1.0,2.0)")
-    p.add_argument("--split", default="val", help="trace split (default val)")
-    args = p.parse_args()
-    if args.episodes < 1:
-        p.error("--episodes must be >= 1")
+def play(args: argparse.Namespace) -> pd.DataFrame:
+    """The rows of :func:`measure` over the episodes ``args`` names, played with hedge."""
     traces = load_traces(split=args.split)
-    sources, rows = Sources(), []
-    for load in (float(v) for v in args.loads.split(",")):
-        config = ClusterConfig(split=args.split, load=load)
+    sources, rows = make_sources(), []
+    for load in args.loads:
+        config = ClusterConfig(split=args.split, load=load, deadline_model=args.deadline_model)
         for i in range(args.episodes):
-            seed = episode_seed(0, load, i)
+            seed = episode_seed(args.seed, load, i)
             sim, hedge = ClusterSim(config, traces), Hedge()
             sim.reset(np.random.default_rng(seed))
             hedge.reset(sim, np.random.default_rng([seed, 1]))
-            sources.clear()
+            for source in sources.values():
+                source.clear()
+            seen: set[tuple[int, int]] = set()
             while not sim.done:
-                measure(sim, sources, rows)
+                measure(sim, sources, seen, rows)
                 sim.tick(hedge.assign(sim))
-    table = np.array([r[1:] for r in rows], np.float64)
-    names = np.array([r[0] for r in rows])
-    print(
-        f"{args.split}, {args.episodes} episodes per load at loads {args.loads}, states hedge "
-        "reaches; per active task and tick:"
+    return pd.DataFrame(rows, columns=["family", "source", "reports", "known", "error", "inside"])
+
+
+def summarise(rows: pd.DataFrame) -> pd.DataFrame:
+    """One line per family (and "all"), source and report count: :data:`COLUMNS`."""
+    rows = pd.concat([rows, rows.assign(family="all")], ignore_index=True)
+    # error and coverage among the tasks with a prediction (NaN elsewhere: left out)
+    rows["error"] = rows["error"].where(rows["known"])
+    rows["inside"] = rows["inside"].astype(float).where(rows["known"])
+    families = [*sorted(set(rows["family"]) - {"all"}), "all"]
+    rows["family"] = pd.Categorical(rows["family"], families, ordered=True)
+    rows["source"] = pd.Categorical(rows["source"], SOURCES, ordered=True)
+    table = rows.groupby(["family", "source", "reports"], observed=True).agg(
+        predicted=("known", "mean"),
+        log_error=("error", "median"),
+        coverage=("inside", "mean"),
+        n=("known", "size"),
     )
-    print(
-        f"{'source':9s} {'reports':>8s} {'n':>7s} {'predicted':>9s} {'|log err|':>9s} "
-        f"{'in 10-90%':>9s} {'P(cap) said':>11s} {'P(cap) true':>11s}"
-    )
-    for name in ("flow", "deadline", "fused"):
-        for lo, hi in BANDS:
-            m = (names == name) & (table[:, 0] >= lo) & (table[:, 0] < hi)
-            k = m & (table[:, 1] > 0)
-            if not m.any():
-                continue
-            band = f"{lo}-{hi - 1}" if hi < 10**9 else f"{lo}+"
+    return table.reset_index()[list(COLUMNS)]
+
+
+def show(table: pd.DataFrame) -> None:
+    """One table per family."""
+    for family, part in table.groupby("family", observed=True):
+        print(f"\n{family}")
+        print(
+            f"{'source':9s} {'reports':>7s} {'predicted':>9s} {'|log err|':>9s} "
+            f"{'in 10-90%':>9s} {'n':>6s}"
+        )
+        for r in part.itertuples():
             line = (
-                f"{name:9s} {band:>8s} {m.sum():7d} {k.sum() / m.sum():9.2f} "
-                f"{np.median(table[k, 2]) if k.any() else np.nan:9.2f} "
-                f"{table[k, 3].mean() if k.any() else np.nan:9.2f} "
-                f"{table[k, 4].mean() if k.any() else np.nan:11.2f} "
-                f"{table[k, 5].mean() if k.any() else np.nan:11.2f}"
+                f"{r.source:9s} {r.reports:7d} {r.predicted:9.2f} {r.log_error:9.2f} "
+                f"{r.coverage:9.2f} {r.n:6d}"
             )
-            print(line.replace("nan", "  -"))  # no prediction in the band
+            print(line.replace("nan", "  -"))  # no prediction at that count
+
+
+def main() -> None:
+    """Parse the arguments, play the episodes, print the tables and write the CSV."""
+    p = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("--split", default="test", choices=SPLITS, help="trace split (default test)")
+    p.add_argument(
+        "--deadline-model",
+        default=ClusterConfig.deadline_model,
+        choices=list(DEADLINE_MODELS),
+        help=f"how deadlines are drawn (default {ClusterConfig.deadline_model})",
+    )
+    p.add_argument("--episodes", type=int, default=6, help="episodes per load (default 6)")
+    p.add_argument("--loads", default="1.0,2.0", help="load factors (default 1.0,2.0)")
+    p.add_argument("--seed", type=int, default=0, help="base seed of the episodes (default 0)")
+    p.add_argument("--csv", help="also write the rows to this CSV file")
+    p.add_argument("--force", action="store_true", help="replace --csv if it exists")
+    args = p.parse_args()
+    if args.episodes < 1:
+        p.error("--episodes must be >= 1")
+    try:
+        args.loads = [float(v) for v in args.loads.split(",")]
+    except ValueError:
+        p.error(f"--loads {args.loads!r}: expected comma-separated numbers, e.g. 1.0,2.0")
+    try:
+        claim = (
+            claim_file(args.csv, command="prediction_sources", force=args.force, option="--csv")
+            if args.csv
+            else nullcontext()
+        )
+    except OutputError as exc:
+        p.error(str(exc))
+    with claim as out:
+        table = summarise(play(args))
+        loads = ",".join(f"{v:g}" for v in args.loads)
+        print(
+            f"{args.split} split, {args.deadline_model} deadlines, {args.episodes} episodes "
+            f"per load at loads {loads} (base seed {args.seed}), played with hedge; each task "
+            f"once at {', '.join(map(str, REPORTS))} reports (0: arrival)"
+        )
+        show(table)
+        if out is not None:
+            data = table.assign(split=args.split, deadline_model=args.deadline_model)
+            atomic_write(out, data.to_csv(index=False, float_format="%.4f").encode())
 
 
 if __name__ == "__main__":
