@@ -48,11 +48,22 @@ def check_inputs(exp: Experiment) -> None:
                 raise ConfigError(f"{where}: {key}: {jobs!r} at load {load:g}: {e}") from None
     init = exp.pretrain.init_weights
     if init and not Path(init).is_file():
-        raise ConfigError(
-            f"{where}: pretrain.init_weights={init!r}: no such file (expected a MaraNet state "
-            "dict such as runs/mara_pretrain.pt from `mara train ... --pretrain-only`, or a "
-            "policy file from `mara export`)"
-        )
+        raise ConfigError(f"{where}: pretrain.init_weights={init!r}: no such file; {_maker(exp)}")
+
+
+def _maker(exp: Experiment) -> str:
+    """How to make ``exp``'s missing ``init_weights``: run first the experiment beside its
+    file that writes it, found by name (``mara train`` writes ``<name>_pretrain.pt``, and
+    the YAML headers and ``mara reproduce --full`` export ``<name>.pt``), or else what such
+    a file is."""
+    stem = Path(exp.pretrain.init_weights).stem.removesuffix("_pretrain")
+    stage = Path(exp.path).with_name(f"{stem}.yaml") if exp.path else None
+    if stage is not None and stage.is_file():
+        return f"run the stage that writes it first: {stage} (its header's 'How to run')"
+    return (
+        "expected a MaraNet state dict such as runs/mara_pretrain.pt from `mara train ... "
+        "--pretrain-only`, or a policy file from `mara export`"
+    )
 
 
 def check_out(out: str | Path) -> Path:

@@ -286,29 +286,34 @@ def test_the_shipped_policy_scores_real_rounds_as_the_dense_formulation(
 
 
 def test_plan_gap_counts_in_nodes_and_starts_as_the_network_it_extends() -> None:
-    """On real rounds of mara_v12's wrapper (pred_share: hedge's count), a plan_gap
-    network warm-started from mara_v12 (which has none) scores every node as it does; its
-    gaps are the plan's count less the earlier choices (and less the nodes still to choose
-    that served the slot), in nodes, clipped; it needs pred_share and the round's choices.
-    The shipped policy has them."""
+    """On real rounds of the shipped policy's wrapper (pred_share: hedge's count), a
+    plan_gap network warm-started from a trained network without plan gaps scores every
+    node as that one does; its gaps are the plan's count less the earlier choices (and
+    less the nodes still to choose that served the slot), in nodes, clipped; it needs
+    pred_share and the round's choices.  The network without them is the shipped one with
+    its scorer's two gap columns dropped: trained weights, as a stage's warm start meets
+    them (a plan_gap stage starts from the trained stage before it)."""
     from dataclasses import replace
 
     from mara_agents.policy.inference import load_policy
-    from mara_agents.policy.network import PLAN_GAP_LIMIT, PLAN_INDEX
-    from mara_agents.policy.policy_file import SHIPPED_POLICY
+    from mara_agents.policy.network import PER_NODE_FEATURES, PLAN_GAP_LIMIT, PLAN_INDEX
     from mara_agents.policy.rounds import round_context, round_features, teacher_forced_logits
 
-    assert load_policy(SHIPPED_POLICY).net.config.plan_gap
-    policy = load_policy(SHIPPED_POLICY.with_name("mara_v12.pt"))
-    assert not policy.net.config.plan_gap
+    policy = load_policy()
+    assert policy.net.config.plan_gap
+    state = policy.net.state_dict()
+    scorer = state["score_per_node.weight"]
+    assert scorer.shape[1] == len(PER_NODE_FEATURES) + 2 and scorer[:, -2:].abs().sum() > 0
+    plain = MaraNet(policy.net.layout, replace(policy.net.config, plan_gap=False))
+    plain.load_state_dict({**state, "score_per_node.weight": scorer[:, : len(PER_NODE_FEATURES)]})
     k = policy.net.layout.num_slots
     rng = np.random.default_rng(1)
     obs = real_rounds(policy, 3, rng)
     actions = torch.from_numpy(rng.integers(0, k + 1, size=obs["node_slot"].shape))
-    gap = MaraNet(policy.net.layout, replace(policy.net.config, plan_gap=True))
-    gap.warm_start(policy.net.state_dict())
+    gap = MaraNet(policy.net.layout, policy.net.config)
+    gap.warm_start(plain.state_dict())
     torch.testing.assert_close(
-        teacher_forced_logits(gap, obs, actions), teacher_forced_logits(policy.net, obs, actions)
+        teacher_forced_logits(gap, obs, actions), teacher_forced_logits(plain, obs, actions)
     )
 
     feats, _ = round_features(obs, actions, k)

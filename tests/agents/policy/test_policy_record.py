@@ -48,16 +48,22 @@ def test_the_shipped_policy_records_what_it_was_trained_with_and_loads_silently(
     assert HEDGE_TEACHER == "hedge:confidence=0.05:flow_spread=2.0:quantiles=256"
 
 
+def test_the_package_ships_one_policy_file():
+    assert sorted(SHIPPED_POLICY.parent.glob("*.pt")) == [SHIPPED_POLICY]
+
+
 def test_an_old_header_reads_as_the_teacher_spec_it_meant(tmp_path):
     """Files written before the ``teacher`` key record flow_share's and hedge's knobs
-    under their own keys (as the shipped policy does): each reads as one spec, and a knob
-    that no spec can hold is a one-line error naming the file."""
+    under their own keys: each reads as one spec, and a knob that no spec can hold is a
+    one-line error naming the file.  The old file is the shipped policy with its header
+    written in that form (hedge's retired knobs at their inert values, as mara_v14, the
+    shipped policy before the key, recorded it): it acts with the shipped teacher."""
     assert torch.load(SHIPPED_POLICY, weights_only=True)["teacher"] == HEDGE_TEACHER
-    # mara_v12 (the starting weights of the shipped recipe) has the old header
-    old = torch.load(SHIPPED_POLICY.with_name("mara_v12.pt"), weights_only=True)
-    assert "teacher" not in old and old["hedge"]["explore"] == 0
-    v14 = {**old, "hedge": {**old["hedge"], "quantiles": 256}}  # as mara_v14 recorded it
-    assert teacher_of_old_header("p", v14, 32) == HEDGE_TEACHER
+    hedge = {"confidence": 0.05, "explore": 0, "tail": 0.0, "flow_spread": 2.0, "quantiles": 256}
+    old = shipped_with(tmp_path, teacher=None, flow_share=DEFAULTS.to_dict(), hedge=hedge)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the old keys name the teacher: nothing is missing
+        assert load_policy(old).features.teacher == HEDGE_TEACHER
     # written before hedge had its own quantile count: the flow samples'
     older = {"flow_share": DEFAULTS.to_dict(), "hedge": {"confidence": 0.05, "tail": 0.0}}
     assert teacher_of_old_header("p", older, 32).endswith(":quantiles=32")

@@ -168,6 +168,44 @@ def test_init_weights_is_one_warm_start_and_must_exist(tmp_path: Path) -> None:
     assert load_experiment(finetune).pretrain.init_weights
 
 
+@pytest.mark.parametrize(
+    ("name", "before"),
+    [
+        ("mara_hedge_jobs", "mara_hedge_group"),
+        ("mara_plan_gap", "mara_hedge_jobs"),
+        ("mara_jobs", "mara_hedge_group"),
+    ],
+)
+def test_a_stage_starts_from_the_export_of_the_stage_before(
+    name: str,
+    before: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture,
+) -> None:
+    """A stage's pretrain.init_weights is the file the stage before exports in its
+    header's 'How to run', which this stage's header lists first; the stage loads without
+    it, and running it without it is one line naming the file and the stage to run first,
+    before anything is written."""
+    from mara_agents.cli import main
+
+    here = Path(__file__).parents[3] / "experiments"
+    monkeypatch.chdir(tmp_path)  # no runs/ here
+    path = here / f"{name}.yaml"
+    exp = load_experiment(path)
+    init = exp.pretrain.init_weights
+    export = f"--out {init}"
+    assert export in (here / f"{before}.yaml").read_text()
+    header = path.read_text()
+    assert header.index(export) < header.index(f"mara train experiments/{name}.yaml")
+    mode = ["--pretrain-only"] if exp.pretrain.clones else []
+    assert main(["train", str(path), "--out", str(tmp_path / "runs"), *mode]) == 2
+    err = capsys.readouterr().err.strip()
+    assert f"init_weights={init!r}: no such file" in err and "\n" not in err
+    assert f"run the stage that writes it first: {here / before}.yaml" in err
+    assert not any(tmp_path.iterdir())
+
+
 # ---- base files ------------------------------------------------------------------------------
 def load(name: str) -> Experiment:
     return load_experiment(Path(__file__).parents[3] / "experiments" / f"{name}.yaml")
