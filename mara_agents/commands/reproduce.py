@@ -1,15 +1,15 @@
 """Reproduce the headline results with the shipped predictor and policy.
 
 Evaluates the flow-matching predictor against WLS and Optimus on the test split, then
-MARA against LARA and the other baselines at loads 1.0/1.5/2.0 on the same episodes,
-then on replayed test days of a cluster's job trace (--jobs, the shipped Philly trace by
-default), and writes OUT/summary.md, CSVs, plots (completion vs load, predictor error vs
-prefix fraction, an example episode's allocation) and TensorBoard logs.  About 6-12
-minutes on 2 cores.  --full first retrains the predictor and the shipped policy's recipe from the
-experiment YAMLs (behaviour cloning of the hedge planner, then a PPO stage of 30 minutes;
-about 45 minutes more on 2 cores with the predictor's training; needs the rllib extra;
-resumable stage by stage)
-and evaluates the retrained policy too.
+MARA against LARA and the other baselines at loads 1.0/1.5/2.0 on the same episodes
+(env v3's default padded deadlines), then nine of them under the unbiased and blind
+deadline models, then on replayed test days of a cluster's job trace (--jobs, the shipped
+Philly trace by default), and writes OUT/summary.md, CSVs, plots (completion vs load,
+predictor error vs prefix fraction, an example episode's allocation) and TensorBoard logs
+(docs/reproduce.md says how long it takes).  --full first retrains the predictor and the
+shipped policy's recipe from the experiment YAMLs (behaviour cloning of the hedge planner,
+a PPO stage, DAgger stages; hours on 2 cores; needs the rllib extra; resumable stage by
+stage) and evaluates the retrained policy too.
 """
 
 from __future__ import annotations
