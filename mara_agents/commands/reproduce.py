@@ -125,8 +125,8 @@ def run(args: argparse.Namespace) -> int:
             force=args.force,
             resume=args.resume,
             resumable=True,
-            files=("summary.md", "*.png"),
-            dirs=("predictor", "schedulers", "replayed", "retrained"),
+            files=("summary.md", "deadline_models.md", "*.png"),
+            dirs=("predictor", "schedulers", "deadline_models", "replayed", "retrained"),
         )
         with run_dir:
             if run_dir.resumed:  # the evaluations run again: only the retraining is reused

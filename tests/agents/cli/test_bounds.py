@@ -14,6 +14,7 @@ import pytest
 
 from mara_agents.cli import COMMANDS, build_parser, main
 from mara_agents.commands import checks
+from tests.agents.cli.test_cli_inputs import refused
 
 # the fewest arguments each command parses with (the checks run before the command)
 BASE = {
@@ -52,15 +53,6 @@ def _options(kind: tuple[type, ...]) -> list[tuple[str, str, type]]:
             if action.type in kind and action.option_strings:
                 found.append((command, action.option_strings[-1], action.type))
     return found
-
-
-def refused(argv: list[str], capsys: pytest.CaptureFixture, *culprit: str) -> str:
-    assert main(argv) == 2
-    err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1, err
-    for word in culprit:
-        assert word in err, err
-    return err
 
 
 def test_every_command_is_covered():

@@ -13,16 +13,7 @@ import pytest
 
 from mara_agents.cli import main
 from mara_agents.outputs import OutputError, claim_file
-
-
-def refused(argv: list[str], capsys: pytest.CaptureFixture, *culprit: str) -> str:
-    """Run ``mara ARGV``; assert a non-zero exit and one stderr line naming every culprit."""
-    assert main(argv) != 0
-    err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1, err
-    for word in culprit:
-        assert word in err, err
-    return err
+from tests.agents.cli.test_outputs import refused
 
 
 def _trial(folder: Path) -> Path:

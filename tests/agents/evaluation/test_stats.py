@@ -68,7 +68,7 @@ def test_tables_of_two_runs_pair_by_episode_seed(config) -> None:
 
 
 def test_paired_power_script(config, tmp_path) -> None:
-    df = evaluate(["uniform", "edf"], [1.0], 4, [0], config, workers=1, progress=False)
+    df = evaluate(["uniform", "edf"], [2.0], 6, [0], config, workers=1, progress=False)
     df.to_csv(tmp_path / "r.csv", index=False)
     script = ROOT / "benchmarks" / "paired_power.py"
     args = ["--results", str(tmp_path / "r.csv"), "--reference", "edf", "--at-least", "1"]
@@ -134,6 +134,7 @@ def test_headline_plots_tell_every_spec_apart_and_draw_the_paired_leads(
     from mara_agents.evaluation.report import PAIRED_PLOT, plot_completion, plot_paired_differences
     from mara_agents.reproduce import DEFAULT_SPECS
 
+    specs = (*DEFAULT_SPECS, "bound")  # the main job's, and the bound a user may add
     saved: list[Figure] = []
     savefig = Figure.savefig
     monkeypatch.setattr(
@@ -151,7 +152,7 @@ def test_headline_plots_tell_every_spec_apart_and_draw_the_paired_leads(
             }
             for load in (1.0, 2.0)
             for e in range(4)
-            for s in DEFAULT_SPECS
+            for s in specs
         ]
     )
     plot_completion(df, tmp_path / "completion_vs_load.png")
@@ -162,8 +163,8 @@ def test_headline_plots_tell_every_spec_apart_and_draw_the_paired_leads(
         assert (tmp_path / name).stat().st_size > 0
     lines, points = saved[0].axes[0].containers, saved[1].axes
     line = {c.get_label(): c.lines[0] for c in lines}
-    assert sorted(line) == sorted(DEFAULT_SPECS)
-    assert len({to_hex(ln.get_color()) for ln in line.values()}) == len(DEFAULT_SPECS)
+    assert sorted(line) == sorted(specs)
+    assert len({to_hex(ln.get_color()) for ln in line.values()}) == len(specs)
     assert all(
         line["mara"].get_linewidth() > ln.get_linewidth() for s, ln in line.items() if s != "mara"
     )
@@ -171,7 +172,7 @@ def test_headline_plots_tell_every_spec_apart_and_draw_the_paired_leads(
     for ref in (*clairvoyant, "uniform"):
         r, g, b = to_rgb(line[ref].get_color())
         assert r == g == b and line[ref].get_linestyle() != "-"
-    rivals = [s for s in DEFAULT_SPECS if s not in ("mara", *clairvoyant)]
+    rivals = [s for s in specs if s not in ("mara", *clairvoyant)]
     lead = paired_differences(df, "mara").set_index(["scheduler", "load"])["diff"]
     ticks = [t.get_text() for t in points[0].get_yticklabels()]
     assert sorted(ticks) == sorted(rivals)

@@ -49,7 +49,7 @@ def test_curves_of_two_runs_go_to_one_figure_and_a_csv(tmp_path: Path) -> None:
     [
         (["--reference", "uniform"], "expected NAME=VALUE"),
         (["--reference", "uniform=high"], "'high' is not a number"),
-        (["--smooth", "0"], "expected an integer >= 1"),
+        (["--smooth", "0"], "expected an integer in [1, "),
     ],
 )
 def test_bad_curves_arguments_are_named(
