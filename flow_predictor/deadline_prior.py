@@ -35,6 +35,7 @@ another).  Numpy only.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from dataclasses import dataclass
@@ -42,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
 from scipy.special import ndtri
 
 from flow_predictor.remaining import MIN_RATIO, PredictionCache, RemainingWork
@@ -128,13 +130,19 @@ class DeadlinePrior:
         r = self.log_ratios
         if self.log_windows is None:
             return np.broadcast_to(r, (len(window), len(r)))
-        n = len(r)
-        k = min(NEIGHBOURS, n)
+        runs = self._sorted_runs
+        k = runs.shape[1]
         x = np.log(np.maximum(np.asarray(window, np.float64), 1e-9))
         # the k history tasks nearest in log window: a run of the sorted windows
-        pos = np.searchsorted(self.log_windows, x)
-        start = np.clip(pos - k // 2, 0, n - k)
-        return np.sort(r[start[:, None] + np.arange(k)[None, :]], axis=1)
+        start = np.clip(np.searchsorted(self.log_windows, x) - k // 2, 0, len(runs) - 1)
+        return runs[start]
+
+    @functools.cached_property
+    def _sorted_runs(self) -> np.ndarray:
+        """Every run of :data:`NEIGHBOURS` consecutive history tasks (by window), its log
+        ratios sorted: row ``i`` starts at task ``i`` (computed once, read every tick)."""
+        k = min(NEIGHBOURS, len(self.log_ratios))
+        return np.sort(sliding_window_view(self.log_ratios, k), axis=1)
 
     def save(self, path: str | os.PathLike) -> None:
         """Write the prior as JSON (atomically)."""

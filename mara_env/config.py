@@ -237,20 +237,15 @@ def load_cluster_file(
     for key, flag in (reserved or {}).items():
         if key in data:
             raise ConfigError(f"{where}: {key!r} is set by {flag}, not by a cluster file")
-    allowed = [f.name for f in dataclasses.fields(ClusterConfig)]
-    unknown = sorted(set(data) - set(allowed))
-    if unknown:
-        raise ConfigError(f"{where}: unknown key(s) {unknown}; allowed keys: {allowed}")
     hints = typing.get_type_hints(ClusterConfig)
     for key, value in data.items():
-        if not _typed(value, hints[key]):
+        if key in hints and not _typed(value, hints[key]):
             raise ConfigError(f"{where}: {key}: expected {_expected(hints[key])}, got {value!r}")
-    settings = {k: tuple(v) if isinstance(v, list) else v for k, v in data.items()}
-    try:
-        ClusterConfig(**settings)
+    try:  # unknown keys, then the values together
+        config = ClusterConfig.from_dict(data, where=where)
     except ConfigError as exc:
-        raise ConfigError(f"{where}: {exc}") from None
-    return settings
+        raise ConfigError(str(exc) if str(exc).startswith(where) else f"{where}: {exc}") from None
+    return {key: getattr(config, key) for key in data}
 
 
 def _typed(value: Any, hint: Any) -> bool:

@@ -125,15 +125,24 @@ def check_paths(parser: argparse.ArgumentParser, args: argparse.Namespace) -> No
                     raise UsageError(f"{names.get(dest, dest)} {shown!r}: {problem}")
 
 
+def _all_actions(parser: argparse.ArgumentParser) -> list[argparse.Action]:
+    """The arguments of ``parser`` and of its sub-commands, depth first."""
+    found: list[argparse.Action] = []
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                found += _all_actions(sub)
+        else:
+            found.append(action)
+    return found
+
+
 def _option_names(parser: argparse.ArgumentParser) -> dict[str, str]:
     """Each argument's name as the user wrote it (``--out``, ``FILE``), by dest, in the
     parser and its sub-commands."""
     names: dict[str, str] = {}
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            for sub in action.choices.values():
-                names.update(_option_names(sub))
-        elif action.option_strings:
+    for action in _all_actions(parser):
+        if action.option_strings:
             names.setdefault(action.dest, action.option_strings[-1])
         else:
             metavar = action.metavar if isinstance(action.metavar, str) else None
@@ -183,14 +192,11 @@ TASK_BYTES = 2048
 
 def numeric_options(parser: argparse.ArgumentParser) -> dict[str, str]:
     """The int and float options of ``parser`` and its sub-commands: dest -> option."""
-    found: dict[str, str] = {}
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            for sub in action.choices.values():
-                found.update(numeric_options(sub))
-        elif action.type in (int, float) and action.option_strings:
-            found[action.dest] = action.option_strings[-1]
-    return found
+    return {
+        action.dest: action.option_strings[-1]
+        for action in _all_actions(parser)
+        if action.type in (int, float) and action.option_strings
+    }
 
 
 def in_range(value: float, option: str) -> float:
