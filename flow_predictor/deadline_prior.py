@@ -207,12 +207,23 @@ class DeadlinePrior:
         return RemainingWork(samples, np.zeros(len(tasks), bool))
 
 
+def _sorted_quantile(rows: np.ndarray, q: float) -> np.ndarray:
+    """``np.quantile(rows, q, axis=1)`` (its default, linear method, to the bit) of rows
+    sorted ascending, read at two columns instead of partitioning every row per call."""
+    pos = q * (rows.shape[1] - 1)
+    lo = int(np.floor(pos))
+    t = pos - lo
+    a, b = rows[:, lo], rows[:, min(lo + 1, rows.shape[1] - 1)]
+    d = b - a
+    return b - d * (1 - t) if t >= 0.5 else a + d * t
+
+
 def _log_normal(samples: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Median and spread (interquartile range in standard deviations) of log ``samples``
     per row; ``inf`` samples (never) count as above every finite one, and a median among
     them is ``inf``."""
-    logs = np.log(np.clip(samples, _TINY, _HUGE))
-    q25, q50, q75 = np.quantile(logs, [0.25, 0.5, 0.75], axis=1)
+    logs = np.sort(np.log(np.clip(samples, _TINY, _HUGE)), axis=1)
+    q25, q50, q75 = (_sorted_quantile(logs, q) for q in (0.25, 0.5, 0.75))
     never = q50 >= np.log(_HUGE) - 1.0
     return np.where(never, np.inf, q50), (q75 - q25) / _IQR_SIGMAS
 

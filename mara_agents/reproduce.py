@@ -25,9 +25,10 @@ if TYPE_CHECKING:
     from flow_predictor.train import TrainConfig
     from mara_agents.training.experiment import Experiment
 
-# The clairvoyant bound (``bound``: one MILP per episode, 1-4 s each under env v3's long
-# padded deadlines) is left out of the main job; add it with --schedulers.
-DEFAULT_SPECS = (
+# Every scheduler of docs/results.md's tables (``mara reproduce --all``).  The clairvoyant
+# bound (``bound``: one MILP per episode, 1-4 s each under env v3's long padded deadlines)
+# is left out; add it with --schedulers.
+ALL_SPECS = (
     "mara",
     # references: planning on exact work
     "oracle",
@@ -50,6 +51,24 @@ DEFAULT_SPECS = (
     "edf",
     "least_slack",
     "random",
+)
+# The main job's headline (plain ``mara reproduce``, within 6 minutes on 2 cores): MARA,
+# its teacher on each thing it may know (the fused distribution, the deadline prior alone,
+# exact work), LARA's planner on exact work, the literature's deadline-aware schedulers
+# and the rules of thumb.  The schedulers that plan through the flow model alone (the
+# costliest per episode after MARA) and the deadline-model table come with --all.
+DEFAULT_SPECS = (
+    "mara",
+    "oracle",
+    "hedge:predictor=exact",
+    "laira",
+    "lara",
+    "tiresias",
+    "fifo",
+    "hedge",
+    "hedge:predictor=deadline",
+    "uniform",
+    "edf",
 )
 DEFAULT_LOADS = (1.0, 1.5, 2.0)
 # The replayed job-trace table (docs/jobs.md): these of the specs, on these loads.
@@ -348,12 +367,16 @@ def reproduce(
     jobs: str | None = DEFAULT_JOBS,
     jobs_nodes: int = DEFAULT_JOBS_NODES,
     jobs_episodes: int = DEFAULT_JOBS_EPISODES,
+    deadline_models: bool = False,
 ) -> str:
     """Run the whole evaluation; returns the summary markdown (also in out/summary.md).
 
-    With ``jobs`` (a shipped job trace's name or a jobs table; None: skipped) the
-    :data:`REPLAY_SPECS` among ``specs`` also run on ``jobs_episodes`` episodes of its test
-    days per load on ``jobs_nodes`` nodes, written under ``out/replayed``."""
+    With ``deadline_models`` the :data:`DEADLINE_SPECS` among ``specs`` (uniform share and
+    at least one other) also run under every other deadline model of env v3 on the same
+    seeds, for the table that opens docs/results.md.  With ``jobs`` (a shipped job trace's
+    name or a jobs table; None: skipped) the :data:`REPLAY_SPECS` among ``specs`` also run
+    on ``jobs_episodes`` episodes of its test days per load on ``jobs_nodes`` nodes,
+    written under ``out/replayed``."""
     from mara_agents.evaluation.report import default_reference, summary_markdown
     from mara_agents.evaluation.runner import evaluate
     from mara_agents.training.records import check_out
@@ -394,7 +417,7 @@ def reproduce(
     )
     _done(t)
     models = [s for s in DEADLINE_SPECS if s in specs]
-    if "uniform" in models and len(models) > 1:
+    if deadline_models and "uniform" in models and len(models) > 1:
         t = _step(f"deadline models: {', '.join(models)}, {episodes} episodes, test")
         frames = {config.deadline_model: df[df["scheduler"].isin(models)]}
         for model in DEADLINE_MODELS:

@@ -1,15 +1,17 @@
 """Reproduce the headline results with the shipped predictor and policy.
 
 Evaluates the flow-matching predictor against WLS and Optimus on the test split, then
-MARA against LARA and the other baselines at loads 1.0/1.5/2.0 on the same episodes
-(env v3's default padded deadlines), then nine of them under the unbiased and blind
-deadline models, then on replayed test days of a cluster's job trace (--jobs, the shipped
-Philly trace by default), and writes OUT/summary.md, CSVs, plots (completion vs load,
-predictor error vs prefix fraction, an example episode's allocation) and TensorBoard logs
-(docs/reproduce.md says how long it takes).  --full first retrains the predictor and the
-shipped policy's recipe from the experiment YAMLs (behaviour cloning of the hedge planner,
-a PPO stage, DAgger stages; hours on 2 cores; needs the rllib extra; resumable stage by
-stage) and evaluates the retrained policy too.
+MARA against its teacher, LARA and the other baselines at loads 1.0/1.5/2.0 on the same
+episodes (env v3's default padded deadlines), then on replayed test days of a cluster's
+job trace (--jobs, the shipped Philly trace by default), and writes OUT/summary.md, CSVs,
+plots (completion vs load, predictor error vs prefix fraction, an example episode's
+allocation) and TensorBoard logs (docs/reproduce.md says how long it takes: about 6
+minutes on 2 cores).  --all runs every table of docs/results.md instead: all 19
+schedulers, and nine of them also under the unbiased and blind deadline models (about 20
+minutes on 2 cores).  --full first retrains the predictor and the shipped policy's recipe
+from the experiment YAMLs (behaviour cloning of the hedge planner, a PPO stage, DAgger
+stages; hours on 2 cores; needs the rllib extra; resumable stage by stage) and evaluates
+the retrained policy too.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import sys
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from mara_agents.commands import checks
     from mara_agents.reproduce import (
+        ALL_SPECS,
         DEFAULT_EPISODES,
         DEFAULT_JOBS,
         DEFAULT_JOBS_EPISODES,
@@ -56,9 +59,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--schedulers",
-        default=",".join(DEFAULT_SPECS),
+        default=None,
         help="comma-separated specs ('mara' = the shipped policy, paired against by "
-        "summary.md; 'bound' = the clairvoyant upper bound)",
+        "summary.md; 'bound' = the clairvoyant upper bound); default: the headline's "
+        f"{len(DEFAULT_SPECS)} ({','.join(DEFAULT_SPECS)}), with --all all {len(ALL_SPECS)} "
+        "of docs/results.md",
+    )
+    parser.add_argument(
+        "--all",
+        action="store_true",
+        help="every table of docs/results.md: all its schedulers (unless --schedulers), and "
+        "the deadline-model table (nine of them under the unbiased and blind deadline "
+        "models too, on the same seeds); about 20 minutes on 2 cores",
     )
     parser.add_argument(
         "--workers", type=int, default=None, help="worker processes (default: all cores)"
@@ -101,10 +113,12 @@ def run(args: argparse.Namespace) -> int:
         expand_alias,
     )
     from mara_agents.outputs import OutputError, prepare_out
-    from mara_agents.reproduce import reproduce
+    from mara_agents.reproduce import ALL_SPECS, DEFAULT_SPECS, reproduce
     from mara_env.config import ClusterConfig, ConfigError
 
     try:
+        if args.schedulers is None:
+            args.schedulers = ",".join(ALL_SPECS if args.all else DEFAULT_SPECS)
         specs, loads, seeds = checks.run_lists(args)
         for spec in specs:  # before the predictor's evaluation, the first step
             check_spec(expand_alias(spec))
@@ -143,6 +157,7 @@ def run(args: argparse.Namespace) -> int:
                 jobs=jobs,
                 jobs_nodes=args.jobs_nodes,
                 jobs_episodes=args.jobs_episodes,
+                deadline_models=args.all,
             )
     except (ConfigError, checks.UsageError, OutputError, SpecError) as e:
         print(f"mara reproduce: {e}", file=sys.stderr)

@@ -134,8 +134,9 @@ def test_retrain_calls_the_library_from_any_directory(tmp_path, monkeypatch) -> 
 
 
 def test_the_main_job_writes_every_table_on_a_small_run(tmp_path) -> None:
-    """`mara reproduce` end to end, small: the synthetic table paired against MARA with the
-    bound's share of the room, the replayed job-trace table, the Gantt chart."""
+    """`mara reproduce --all` end to end, small: the synthetic table paired against MARA with
+    the bound's share of the room, the deadline-model table, the replayed job-trace table,
+    the Gantt chart."""
     from mara_agents.reproduce import reproduce
 
     summary = reproduce(
@@ -146,6 +147,7 @@ def test_the_main_job_writes_every_table_on_a_small_run(tmp_path) -> None:
         workers=1,
         skip_predictor=True,
         jobs_episodes=1,
+        deadline_models=True,
     )
     assert "### Paired difference vs mara" in summary
     assert "### Share of the room above uniform closed, towards bound" in summary
@@ -170,3 +172,22 @@ def test_the_main_job_writes_every_table_on_a_small_run(tmp_path) -> None:
     ):
         assert (out / name).is_file(), name
     assert (out / "summary.md").read_text() == summary
+
+
+def test_the_headline_alone_leaves_the_deadline_models_out(tmp_path) -> None:
+    """Plain `mara reproduce` (no --all): no deadline-model table, however many of its
+    schedulers run."""
+    from mara_agents.reproduce import reproduce
+
+    summary = reproduce(
+        out=tmp_path / "results",
+        episodes=1,
+        loads=(1.0,),
+        specs=("uniform", "lara"),
+        workers=1,
+        skip_predictor=True,
+        jobs=None,
+    )
+    assert "## Deadline models side by side" not in summary
+    assert not (tmp_path / "results" / "deadline_models.md").exists()
+    assert not (tmp_path / "results" / "deadline_models").exists()

@@ -132,9 +132,9 @@ def test_headline_plots_tell_every_spec_apart_and_draw_the_paired_leads(
     from matplotlib.figure import Figure
 
     from mara_agents.evaluation.report import PAIRED_PLOT, plot_completion, plot_paired_differences
-    from mara_agents.reproduce import DEFAULT_SPECS
+    from mara_agents.reproduce import ALL_SPECS
 
-    specs = (*DEFAULT_SPECS, "bound")  # the main job's, and the bound a user may add
+    specs = (*ALL_SPECS, "bound")  # every table's, and the bound a user may add
     saved: list[Figure] = []
     savefig = Figure.savefig
     monkeypatch.setattr(
