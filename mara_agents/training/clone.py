@@ -12,8 +12,11 @@
 from __future__ import annotations
 
 import functools
+import multiprocessing
+import os
 import time
 from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -132,7 +135,10 @@ def consistent_labels(
 
 
 def collect_demonstrations(
-    exp: Experiment, seeds: Sequence[int], policy: MaraNet | None = None
+    exp: Experiment,
+    seeds: Sequence[int],
+    policy: MaraNet | None = None,
+    workers: int | None = None,
 ) -> dict[str, np.ndarray]:
     """Per-step obs, queue summary (the rest of a node's state), the teacher's actions and
     returns-to-go from an env episode per seed,
@@ -141,7 +147,25 @@ def collect_demonstrations(
     Without ``policy`` the teacher (``exp.pretrain.scheduler``) acts; with one (DAgger)
     the policy acts greedily, the teacher only labels the states the policy reaches, and
     ``"taken"`` holds the policy's own actions.
+
+    ``workers`` processes (default: one per core, at most one per seed) each play a run of
+    consecutive seeds; the arrays are joined in seed order, so the data do not depend on
+    ``workers`` (every episode is seeded on its own).
     """
+    workers = min(len(seeds), workers or os.cpu_count() or 1)
+    if workers <= 1:
+        return _collect(exp, seeds, policy)
+    runs = [list(run) for run in np.array_split(np.asarray(seeds, dtype=object), workers)]
+    spawn = multiprocessing.get_context("spawn")  # no forked torch or BLAS thread state
+    with ProcessPoolExecutor(workers, mp_context=spawn) as pool:
+        parts = list(pool.map(_collect, [exp] * workers, runs, [policy] * workers))
+    return {key: np.concatenate([part[key] for part in parts]) for key in parts[0]}
+
+
+def _collect(
+    exp: Experiment, seeds: Sequence[int], policy: MaraNet | None
+) -> dict[str, np.ndarray]:
+    """:func:`collect_demonstrations` in this process."""
     from mara_agents.evaluation.registry import make_scheduler
     from mara_env.round_env import play_episode
     from mara_env.schedulers import SchedulerAgent

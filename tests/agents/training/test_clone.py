@@ -84,3 +84,28 @@ def test_consistent_labels_follow_the_teacher_until_the_clone_deviates() -> None
     # an idle label while a slot wants more nodes than those still to choose that served it
     got = consistent_labels(np.array([1, 2]), np.array([0, 2]), np.array([-1, -1]), 2)
     np.testing.assert_array_equal(got, [1, 1])
+
+
+def test_demonstrations_do_not_depend_on_the_worker_count() -> None:
+    """Episodes played in two worker processes give the arrays one process gives, in seed
+    order (the teacher acting, and a policy driving while the teacher labels)."""
+    import numpy as np
+    import torch
+
+    from mara_agents.policy.features import make_wrapped_env
+    from mara_agents.policy.network import MaraNet, model_config_from
+    from mara_agents.training.clone import collect_demonstrations, env_layout
+    from mara_agents.training.experiment import parse_experiment
+
+    env_config = {"num_nodes": 4, "num_slots": 3, "horizon": 12, "split": "train"}
+    exp = parse_experiment(
+        {"name": "t", "env": env_config, "wrapper": "wls", "pretrain": {"scheduler": "edf"}}
+    )
+    torch.manual_seed(0)
+    net = MaraNet(env_layout(make_wrapped_env(exp.env_config())), model_config_from(exp.model))
+    for policy in (None, net.eval()):
+        one = collect_demonstrations(exp, [1, 2, 3], policy=policy, workers=1)
+        two = collect_demonstrations(exp, [1, 2, 3], policy=policy, workers=2)
+        assert one.keys() == two.keys()
+        for key in one:
+            np.testing.assert_array_equal(one[key], two[key], err_msg=key)
