@@ -1,7 +1,7 @@
 """CPU milliseconds per tick of the hedge planner (``mara_agents.baselines.hedge``).
 
 How to run:   python benchmarks/planner_speed.py [--nodes 16,64] [--loads 1.0,2.0]
-                  [--episodes 2] [--split val]
+                  [--episodes 2] [--lookahead-episodes 1] [--split val]
 Runs the harness's episodes (base seed 0) of ``hedge`` (flow predictions fused with the
 deadline prior), ``hedge:predictor=flow`` (flow alone) and ``hedge:predictor=exact``
 (exact work) in this process, one after the other, and times each tick by this process's
@@ -15,6 +15,10 @@ Then, on the same episodes, the shipped policy (``mara``, as the harness runs it
 decision per tick (``act_round``: its features, which hold the flow samples fused with the
 prior and hedge's count, then the network) and the network alone (the greedy decoder
 re-run on the recorded observations), against hedge's predictions plus planning.
+Then the lookahead teacher (``lookahead``, its default knobs) on the first
+``--lookahead-episodes`` of those episodes: its whole decision per tick (hedge's
+predictions, plan, candidates and rollouts) against hedge's predictions plus planning, and
+its CPU seconds per episode.
 Goal: planning at most 5 ms per tick on 16 nodes.  CPU-clock figures: steadier than wall
 time on a shared machine, still higher while other jobs run.
 """
@@ -28,12 +32,13 @@ import numpy as np
 
 from flow_predictor.model import single_threaded
 from mara_agents.baselines.hedge import Hedge
+from mara_agents.baselines.lookahead import Lookahead
 from mara_agents.evaluation.runner import build, episode_seed
 from mara_env.cluster import ClusterSim
 from mara_env.cluster_env import raw_env
 from mara_env.config import ClusterConfig
 from mara_env.round_env import RoundEnv
-from mara_env.schedulers import edf_order, place
+from mara_env.schedulers import Scheduler, edf_order, place
 from mara_env.traces import load_traces
 
 
@@ -59,6 +64,24 @@ def timed_episode(
         active.append(len(order))
         sim.tick(place(sim, counts))
     return predict, plan, active, sim.metrics()["completion_rate"]
+
+
+def decision_episode(
+    scheduler: Scheduler, config: ClusterConfig, traces, seed: int
+) -> tuple[list[float], float]:
+    """One episode of ``scheduler``: per tick the CPU seconds of its whole decision; and
+    the completion rate."""
+    sim = ClusterSim(config, traces)
+    sim.reset(np.random.default_rng(seed))
+    scheduler.reset(sim, np.random.default_rng([seed, 1]))
+    clock = time.process_time
+    decide = []
+    while not sim.done:
+        t0 = clock()
+        counts = scheduler.allocate(sim)
+        decide.append(clock() - t0)
+        sim.tick(place(sim, counts))
+    return decide, sim.metrics()["completion_rate"]
 
 
 def policy_episode(agent, config: ClusterConfig, traces, seed: int) -> tuple[list[float], float]:
@@ -92,10 +115,18 @@ def main() -> None:
     p.add_argument("--nodes", default="16,64", help="cluster sizes (default 16,64)")
     p.add_argument("--loads", default="1.0,2.0", help="load factors (default 1.0,2.0)")
     p.add_argument("--episodes", type=int, default=2, help="episodes per point (default 2)")
+    p.add_argument(
+        "--lookahead-episodes",
+        type=int,
+        default=1,
+        help="episodes per point of the lookahead teacher (default 1; 0: none)",
+    )
     p.add_argument("--split", default="val", help="trace split (default val)")
     args = p.parse_args()
     if args.episodes < 1:
         p.error("--episodes must be >= 1")
+    if not 0 <= args.lookahead_episodes <= args.episodes:
+        p.error("--lookahead-episodes must be in [0, --episodes]")
     traces = load_traces(split=args.split)
     # the first ticks of a process load numba's compiled functions: an untimed short episode
     short = ClusterConfig(split=args.split, num_nodes=8, horizon=10)
@@ -103,6 +134,7 @@ def main() -> None:
         timed_episode(Hedge(predictor=predictor), short, traces, 0)
     agent = build("mara=")
     policy_episode(agent, short, traces, 0)
+    decision_episode(Lookahead(), short, traces, 0)
     print(f"{args.episodes} {args.split} episodes per point, CPU ms per tick, one process:")
     for nodes in (int(v) for v in args.nodes.split(",")):
         for load in (float(v) for v in args.loads.split(",")):
@@ -140,6 +172,23 @@ def main() -> None:
                 f"median {np.median(ms):.2f} ms, of which network {1e3 * np.mean(network):.2f} "
                 f"ms; hedge's predictions + planning {hedge_ms:.2f} ms "
                 f"(mara / hedge {ms.mean() / hedge_ms:.1f})",
+                flush=True,
+            )
+            if not args.lookahead_episodes:
+                continue
+            teacher = Lookahead()
+            decide, rates = [], []
+            for i in range(args.lookahead_episodes):
+                d, rate = decision_episode(teacher, config, traces, episode_seed(0, load, i))
+                decide += d
+                rates.append(rate)
+            ms = 1e3 * np.asarray(decide)
+            print(
+                f"  {nodes:3d} nodes, load {load:g}, {'lookahead':13s}: decision mean "
+                f"{ms.mean():.1f}, median {np.median(ms):.1f}, p99 {np.percentile(ms, 99):.1f} ms "
+                f"(lookahead / hedge {ms.mean() / hedge_ms:.0f}); "
+                f"{ms.sum() / 1e3 / args.lookahead_episodes:.1f} s per episode; completion "
+                f"{np.mean(rates):.3f} ({len(ms)} ticks)",
                 flush=True,
             )
 

@@ -22,6 +22,30 @@ from mara_env.workload import Workload, sample_workload
 PENDING, ACTIVE, DONE, EXPIRED = 0, 1, 2, 3
 
 
+def working_nodes(total: np.ndarray, stayed: np.ndarray, reassign_cost: float) -> np.ndarray:
+    """Nodes' worth of work each task gets in a tick on ``total`` nodes, ``stayed`` of
+    which served it in the last tick: a joining node loses ``reassign_cost`` of its first
+    tick (a share in [0, 1]; between 0 and 1 the counts become floats)."""
+    if 0.0 < reassign_cost < 1.0:
+        return stayed + (1.0 - reassign_cost) * (total - stayed)
+    return total if reassign_cost == 0.0 else stayed
+
+
+def work_gain(rate: np.ndarray, alpha: np.ndarray, nodes: np.ndarray) -> np.ndarray:
+    """Work a tick gives a task on ``nodes`` working nodes: ``rate * nodes**alpha``."""
+    return rate * nodes**alpha
+
+
+def tick_ends(
+    t: int | np.ndarray, deadline: np.ndarray, reached: np.ndarray, active: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Which tasks leave after a tick that ends at ``t`` (arrays broadcast): (completed,
+    expired).  A task whose work ``reached`` what it needs in this tick completes if the
+    tick ends by its deadline; any other ``active`` task expires once ``t`` reaches it."""
+    completed = reached & (t <= deadline)
+    return completed, active & ~completed & (t >= deadline)
+
+
 class InvalidAssignment(ValueError):
     """An assignment names an inactive task or exceeds a task's parallelism cap."""
 
@@ -160,9 +184,7 @@ class ClusterState:
         n_busy, n_joins = int(busy.sum()), int(busy.sum() - stay.sum())
         cost = float(self.config.reassign_cost)  # share of its first tick a joining node loses
         stayed = total if cost == 0.0 else np.bincount(assign[stay], minlength=n)
-        warm = stayed
-        if 0.0 < cost < 1.0:  # joining nodes do part of a tick's work (float node counts)
-            warm = stayed + (1.0 - cost) * (total - stayed)
+        warm = working_nodes(total, stayed, cost)
         self.node_ticks_used += total
         self.stats.node_ticks_busy += n_busy
         self.stats.node_ticks_total += self.config.num_nodes
@@ -183,11 +205,11 @@ class ClusterState:
 
         self.t += 1
         self.nodes_now = total
-        reached = progressed[self.passed[progressed]]
-        completed = reached[self.t <= wl.deadline[reached]]
+        reached = np.zeros(n, bool)
+        reached[progressed] = self.passed[progressed]
+        done, gone = tick_ends(self.t, wl.deadline, reached, self.status == ACTIVE)
+        completed, expired = np.flatnonzero(done), np.flatnonzero(gone)
         self.status[completed] = DONE
-        act = self.status == ACTIVE
-        expired = np.flatnonzero(act & (self.t >= wl.deadline))
         self.status[expired] = EXPIRED
         gone = np.concatenate([completed, expired])
         self.finish_tick[gone] = self.t
@@ -318,7 +340,7 @@ class ClusterSim(ClusterState):
     def _serve(self, assign: np.ndarray, total: np.ndarray, warm: np.ndarray) -> np.ndarray:
         wl = self.truth
         progressed = np.flatnonzero(warm)
-        gain = wl.rate[progressed] * warm[progressed] ** wl.alpha[progressed]
+        gain = work_gain(wl.rate[progressed], wl.alpha[progressed], warm[progressed])
         cv = self.config.throughput_noise
         if cv > 0 and len(progressed):
             sigma = math.sqrt(math.log1p(cv * cv))  # log-normal with mean 1 and this CV

@@ -10,6 +10,8 @@
 * :mod:`~mara_agents.baselines.hedge`: hedge, a greedy knapsack on chances of finishing
   from a remaining-work distribution (the flow model's fused with what deadlines say about
   size, or either alone), and its exact-work twin;
+* :mod:`~mara_agents.baselines.lookahead`: hedge's plan against a few alternatives, each
+  rolled forward with hedge on sampled futures (a rollout teacher, not an online scheduler);
 * :mod:`~mara_agents.baselines.flow_share`: flow_share (the share rule of
   :mod:`mara_agents.planning.share_rule` with a remaining-work predictor), and the textbook rules of
   :mod:`mara_env.schedulers` (EDF, uniform share, random).
@@ -27,6 +29,7 @@ from mara_agents.baselines.greedy import LeastSlack, Optimus
 from mara_agents.baselines.hedge import Hedge
 from mara_agents.baselines.laira import LaiRA
 from mara_agents.baselines.lara import LARA, Oracle
+from mara_agents.baselines.lookahead import Lookahead
 from mara_agents.baselines.tiresias import Tiresias
 from mara_env.schedulers import SCHEDULERS, Scheduler
 
@@ -42,4 +45,5 @@ ALL_SCHEDULERS: dict[str, type[Scheduler]] = {
     Tiresias.name: Tiresias,
     ElasticFlow.name: ElasticFlow,
     Hedge.name: Hedge,
+    Lookahead.name: Lookahead,
 }
