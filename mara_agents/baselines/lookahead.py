@@ -25,8 +25,9 @@ hedge's planning per tick).  Each tick:
    above it).  A candidate's value is its completions in the horizon plus the present
    tasks whose sampled work the nodes they hold then would finish by their deadlines.
 5. **This tick:** the first counts of the candidate with the most value on average over
-   the worlds (ties: hedge's).  Hedge's plan is always a candidate, so in its own model the
-   choice is never worse than hedge's.
+   the worlds, where it is ahead of hedge's by more than ``margin`` standard errors of
+   the paired difference over the worlds (otherwise, and on ties, hedge's).  Hedge's plan
+   is always a candidate, so in its own model the choice is never worse than hedge's.
 
 **Knows** what hedge knows (the tasks present, their caps, deadlines, throughput model and
 loss reports, and the deadline prior fitted on the train split), and the arrivals of this
@@ -34,7 +35,7 @@ episode so far.  It never reads a task's true work or the workload's future.  **
 what hedge assumes, and that arrivals continue as in the last ticks; rollouts have no
 throughput noise and no flow-model refresh (conditioning stands in for new reports).
 With ``candidates=1`` it is hedge.  Its knobs (``candidates``, ``horizon``, ``futures``,
-``rollout_quantiles``, ``arrivals``) were chosen on the validation split only
+``rollout_quantiles``, ``margin``, ``arrivals``) were chosen on the validation split only
 (``docs/baselines.md``); hedge's (``predictor``, ``confidence``, ``flow_spread``,
 ``quantiles``, ``prior``) pass through to it.
 """
@@ -69,7 +70,7 @@ class Lookahead(Scheduler):
 
     ``candidates``, ``horizon``, ``futures``, ``rollout_quantiles``: see
     :class:`~mara_agents.planning.lookahead_rule.LookaheadParams` (None: its default);
-    ``arrivals``: ``"seen"`` (default) or ``"none"`` (rollouts without arrivals).  The
+    ``arrivals``: ``"none"`` (default: rollouts without arrivals) or ``"seen"``.  The
     other options are hedge's (:class:`~mara_agents.baselines.hedge.Hedge`).
     """
 
