@@ -6,7 +6,8 @@ hedge's planning per tick).  Each tick:
 
 1. **Hedge's plan** on the active tasks in deadline order, from the same remaining-work
    distribution hedge plans with (``predictor``: the flow model fused with the deadline
-   prior, or the prior alone).
+   prior, or the prior alone; ``exact``, a reference no scheduler can run: each task's
+   exact remaining work, so every world is the true one but for arrivals).
 2. **Candidates.** Hedge itself and up to ``candidates - 1`` alternatives, each hedge with
    one change it keeps for the whole rollout: a kept task dropped (it gets only the nodes
    the others leave idle; the least likely to finish first), or a task hedge does not
@@ -32,8 +33,10 @@ hedge's planning per tick).  Each tick:
 **Knows** what hedge knows (the tasks present, their caps, deadlines, throughput model and
 loss reports, and the deadline prior fitted on the train split), and the arrivals of this
 episode so far.  It never reads a task's true work or the workload's future.  **Assumes**
-what hedge assumes, and that arrivals continue as in the last ticks; rollouts have no
-throughput noise and no flow-model refresh (conditioning stands in for new reports).
+what hedge assumes, and that arrivals continue as in the last ticks (``predictor=exact``:
+it reads each present task's true remaining work, as ``hedge:predictor=exact`` does);
+rollouts have no throughput noise and no flow-model refresh (conditioning stands in for
+new reports).
 With ``candidates=1`` it is hedge.  Its knobs (``candidates``, ``horizon``, ``futures``,
 ``rollout_quantiles``, ``margin``, ``arrivals``) were chosen on the validation split only
 (``docs/baselines.md``); hedge's (``predictor``, ``confidence``, ``flow_spread``,
@@ -54,12 +57,13 @@ from mara_agents.planning.lookahead_rule import (
     choose,
     rollout_values,
 )
-from mara_agents.planning.predictors import check_predictor
+from mara_agents.planning.predictors import EXACT, check_predictor
 from mara_env.cluster import PENDING, ClusterSim
 from mara_env.schedulers import Scheduler, edf_order
 
-# hedge's predictors that speak for every task from its arrival on (a rollout samples them)
-PREDICTORS = ("flow+deadline", "deadline")
+# hedge's predictors that speak for every task from its arrival on (a rollout samples
+# them), and exact work (a reference: every world is the true one)
+PREDICTORS = ("flow+deadline", "deadline", EXACT)
 ARRIVALS = ("none", "seen")
 # ticks of recent arrivals whose rate the rollouts' arrivals follow
 RATE_WINDOW = 24
@@ -102,6 +106,11 @@ class Lookahead(Scheduler):
             "rollout_quantiles": rollout_quantiles,
             "margin": margin,
         }
+        if arrivals == "seen" and predictor == EXACT:
+            raise ValueError(
+                "lookahead: arrivals='seen' draws arrivals' work from the deadline prior; "
+                f"predictor={EXACT!r} has none (expected arrivals='none')"
+            )
         self.params = LookaheadParams(**{k: v for k, v in given.items() if v is not None})
         self.arrivals = arrivals
         self.hedge = Hedge(predictor, confidence, flow_spread, quantiles, prior)

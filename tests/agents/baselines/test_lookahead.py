@@ -166,8 +166,8 @@ def test_it_never_reads_the_truth(episode_setup) -> None:  # noqa: F811
         ("lookahead:rollout_quantiles=0", "rollout_quantiles=0"),
         ("lookahead:margin=-1", "margin=-1; expected a number in [0, 100]"),
         ("lookahead:arrivals=psychic", "arrivals='psychic'; expected one of none, seen"),
-        ("lookahead:predictor=exact", "predictor='exact'; expected one of flow+deadline"),
-        ("lookahead:predictor=flow", "predictor='flow'"),
+        ("lookahead:predictor=flow", "predictor='flow'; expected one of flow+deadline"),
+        ("lookahead:predictor=exact:arrivals=seen", "predictor='exact' has none"),
         ("lookahead:confidence=0", "confidence=0; expected a probability in (0, 1]"),
         ("lookahead:depth=3", "unknown parameter 'depth'"),
     ],
@@ -176,3 +176,15 @@ def test_bad_options_are_refused_by_name(spec, words) -> None:
     with pytest.raises((SpecError, ValueError)) as err:
         make_scheduler(spec)
     assert words in str(err.value)
+
+
+def test_on_exact_work_one_candidate_is_hedge_on_exact_work(episode_setup) -> None:  # noqa: F811
+    """The reference on exact work: every world is the true one, and with one candidate
+    it is ``hedge:predictor=exact``; with alternatives it stays valid and repeats by seed."""
+    cfg, traces = episode_setup
+    hedge = recorded(Hedge(predictor="exact"), cfg, traces, 3)
+    alone = recorded(Lookahead(candidates=1, predictor="exact"), cfg, traces, 3)
+    np.testing.assert_array_equal(alone, hedge)
+    spec = "lookahead:predictor=exact:candidates=3:futures=1:horizon=6:margin=0"
+    first = recorded(make_scheduler(spec), cfg, traces, 3)
+    np.testing.assert_array_equal(first, recorded(make_scheduler(spec), cfg, traces, 3))
