@@ -207,8 +207,8 @@ class ClusterState:
         self.nodes_now = total
         reached = np.zeros(n, bool)
         reached[progressed] = self.passed[progressed]
-        done, gone = tick_ends(self.t, wl.deadline, reached, self.status == ACTIVE)
-        completed, expired = np.flatnonzero(done), np.flatnonzero(gone)
+        finishing, expiring = tick_ends(self.t, wl.deadline, reached, self.status == ACTIVE)
+        completed, expired = np.flatnonzero(finishing), np.flatnonzero(expiring)
         self.status[completed] = DONE
         self.status[expired] = EXPIRED
         gone = np.concatenate([completed, expired])
