@@ -27,7 +27,12 @@ tick, for the active tasks in earliest-deadline order:
    tasks that get nodes are the kept set.  Pricing by expected node-ticks, not by nodes
    now, is the hedge against arrivals: a large task that would hold nodes for long is
    kept only while no cheaper completions compete for them, and it re-competes every tick
-   as the distribution sharpens.
+   as the distribution sharpens.  With ``urgency`` ``u > 0`` a count's value is
+   ``p_k(n) - u * p'_k(n)`` instead of ``p_k(n)``, where ``p'_k(n)`` is the chance of the
+   same count started a tick later (every node cold): what waiting a tick would lose.  A
+   task that loses nothing by waiting is then left to the leftover nodes (step 4), and the
+   nodes go first to tasks whose deadlines cannot wait.  The pursued test still reads
+   ``p_k``.
 4. **This tick.** Leftover nodes go, round-robin in deadline order, to kept tasks' warm
    nodes, to kept tasks up to their caps, to exploring tasks up to theirs, and to the
    others: idle nodes help nobody.  Moves are priced by the planning itself: the chances
@@ -101,7 +106,7 @@ class Hedge(Scheduler):
     alone; needs the ``[predictor]`` extra), ``"deadline"`` (the deadline prior alone), or
     ``"exact"`` (each task's exact remaining work: the same planner on a degenerate
     distribution).  ``prior``: a deadline-prior JSON file (default: the shipped one, fitted
-    on the train split).  ``confidence``, ``flow_spread``, ``quantiles``: see
+    on the train split).  ``confidence``, ``flow_spread``, ``quantiles``, ``urgency``: see
     :class:`~mara_agents.planning.hedge_rule.HedgeParams` (None: its default).
     """
 
@@ -114,12 +119,14 @@ class Hedge(Scheduler):
         flow_spread: float | None = None,
         quantiles: int | None = None,
         prior: str | None = None,
+        urgency: float | None = None,
     ) -> None:
         check_predictor("hedge", predictor, PREDICTORS)
         given = {
             "confidence": confidence,
             "flow_spread": flow_spread,
             "quantiles": quantiles,
+            "urgency": urgency,
         }
         self.params = HedgeParams(**{k: v for k, v in given.items() if v is not None})
         if "flow" in predictor:

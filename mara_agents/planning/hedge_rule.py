@@ -29,10 +29,15 @@ class HedgeParams:
     confidence: float = 0.05  # a task is pursued only if some count has this chance
     flow_spread: float = 2.0  # flow+deadline: the flow model's log spread times this
     quantiles: int = 256  # flow+deadline, deadline: evenly spaced quantiles the chances read
+    urgency: float = 0.0  # a step's value: chance now less this times the chance after a wait
 
     def to_dict(self) -> dict[str, float | int]:
-        """Plain values (for a teacher's spec)."""
-        return asdict(self)
+        """Plain values (for a teacher's spec); ``urgency`` only when on, so that the spec
+        of a plan without it reads as it did before the knob existed."""
+        values = asdict(self)
+        if not self.urgency:
+            del values["urgency"]
+        return values
 
     def __post_init__(self) -> None:
         checks = {
@@ -41,6 +46,7 @@ class HedgeParams:
                 lambda v: 0 < v <= MAX_FLOW_SPREAD,
                 f"a factor in (0, {MAX_FLOW_SPREAD:g}]",
             ),
+            "urgency": (lambda v: 0 <= v <= 1, "a weight in [0, 1]"),
             "quantiles": (
                 lambda v: 1 <= v <= MAX_QUANTILES and float(v).is_integer(),
                 f"a whole number in [1, {MAX_QUANTILES}]",
@@ -53,6 +59,7 @@ class HedgeParams:
         object.__setattr__(self, "confidence", float(self.confidence))
         object.__setattr__(self, "flow_spread", float(self.flow_spread))
         object.__setattr__(self, "quantiles", int(self.quantiles))
+        object.__setattr__(self, "urgency", float(self.urgency))
 
 
 DEFAULTS = HedgeParams()
@@ -111,30 +118,38 @@ def hedge_plan(
     alpha: np.ndarray,
     capacity: int,
     confidence: float = DEFAULTS.confidence,
+    urgency: float = DEFAULTS.urgency,
 ) -> HedgePlan:
     """Steps 2-4 of the module docstring for tasks in earliest-deadline order, on
     ``capacity`` free nodes.  Nodes that no kept task can use are left for the caller
-    (``Hedge.plan`` gives them to exploring tasks, then to the others)."""
+    (``Hedge.plan`` gives them to exploring tasks, then to the others).  With ``urgency``
+    ``u > 0`` the knapsack weighs ``p_k(n) - u * p'_k(n)`` instead of ``p_k(n)``, where
+    ``p'_k(n)`` is the chance of the same count started a tick later (every node cold): the
+    chance waiting a tick would lose."""
     k = len(samples)
     counts = np.zeros(k, np.int64)
     if k == 0:
         return HedgePlan(counts, np.zeros(0, bool), np.zeros((0, 1)))
     chance, cost = finish_chances(samples, time_left, cap, warm, rate, alpha)
     pursued = (chance >= confidence - 1e-12).any(axis=1)
+    value = chance
+    if urgency > 0:
+        later, _ = finish_chances(samples, time_left - 1, cap, np.zeros_like(warm), rate, alpha)
+        value = chance - urgency * later
     open_ = np.isfinite(cost) & pursued[:, None]
     column = np.arange(chance.shape[1])[None, :]
     rows = np.arange(k)
     left = capacity
     while left > 0:
-        now = chance[rows, counts][:, None]
+        now = value[rows, counts][:, None]
         step = column - counts[:, None]
-        ok = open_ & (step > 0) & (step <= left) & (chance > now + 1e-12)
+        ok = open_ & (step > 0) & (step <= left) & (value > now + 1e-12)
         if not ok.any():
             break
         # chance gained per node-tick added (a step that also saves node-ticks: first)
         added = np.maximum(cost - cost[rows, counts][:, None], 1e-9)
         with np.errstate(invalid="ignore"):
-            gain = np.where(ok, (chance - now) / added, -np.inf)
+            gain = np.where(ok, (value - now) / added, -np.inf)
         i, n = np.unravel_index(np.argmax(gain), gain.shape)
         left -= int(n - counts[i])
         counts[i] = n
@@ -179,6 +194,7 @@ def plan_counts(
         np.asarray(alpha[planned], np.float64),
         left,
         params.confidence,
+        params.urgency,
     )
     counts[planned] = plan.counts
     left = num_nodes - int(counts.sum())

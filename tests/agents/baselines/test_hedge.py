@@ -21,6 +21,7 @@ def test_registered() -> None:
     assert make_scheduler("hedge").predictor == "flow+deadline"
     assert make_scheduler("hedge:predictor=flow").prior is None
     assert make_scheduler("hedge:predictor=exact:confidence=0.3").params.confidence == 0.3
+    assert make_scheduler("hedge:predictor=exact:urgency=1").params.urgency == 1.0
 
 
 def test_chances_count_the_samples_that_finish() -> None:
@@ -65,6 +66,31 @@ def test_steps_that_raise_a_chance_cheaply_come_first() -> None:
     assert low.counts.tolist() == [0]
 
 
+def test_urgency_serves_the_task_that_cannot_wait() -> None:
+    # 2 nodes, 1 unit of work per node-tick, a joining node loses its first tick; rows in
+    # deadline order.  A: work 2, due in 2 ticks: only both nodes from now finish it (4
+    # node-ticks).  B: work 1, due in 4: one node finishes it in 2 ticks (2 node-ticks),
+    # now or a tick later.  Plain hedge takes the most chance per node-tick, B, and A can
+    # no longer finish; with urgency B's chance is not lost by waiting, so A is served.
+    one = np.ones(2)
+    args = (np.array([[2.0], [1.0]]), np.array([2.0, 4.0]), np.array([2, 2]), 0 * one, one, one, 2)
+    plain, urgent = hedge_plan(*args), hedge_plan(*args, urgency=1.0)
+    assert plain.counts.tolist() == [0, 2]  # B kept (and given the spare node), A starved
+    assert urgent.counts.tolist() == [2, 0]  # A now; B waits a tick, still in time
+    assert (plain.chance == urgent.chance).all()  # the plan reports chances, not values
+
+
+def test_urgency_off_writes_the_teacher_spec_as_before() -> None:
+    from mara_agents.planning.hedge_rule import HedgeParams
+    from mara_agents.planning.share_rule import FlowShareParams
+    from mara_agents.policy.features import HEDGE_TEACHER, TeacherPlan
+
+    assert HEDGE_TEACHER == "hedge:confidence=0.05:flow_spread=2.0:quantiles=256"
+    on = TeacherPlan("hedge", FlowShareParams(), HedgeParams(urgency=0.5))
+    assert on.spec.endswith(":urgency=0.5")
+    assert TeacherPlan.from_spec(on.spec).hedge.urgency == 0.5  # reads back
+
+
 def single_task_cases(n: int):
     rng = np.random.default_rng(7)
     for _ in range(n):
@@ -100,6 +126,7 @@ def test_exact_twin_meets_every_task_a_single_task_plan_meets() -> None:
         "hedge",
         "hedge:predictor=deadline",
         "hedge:predictor=flow",
+        "hedge:predictor=deadline:urgency=1",
     ],
 )
 def test_whole_episodes_are_valid_and_deterministic(spec, episode_setup) -> None:  # noqa: F811
@@ -134,6 +161,8 @@ def test_whole_episodes_are_valid_and_deterministic(spec, episode_setup) -> None
         ("hedge:margin=0.1", "unknown parameter 'margin'"),
         ("hedge:flow_spread=0", "flow_spread=0"),
         ("hedge:quantiles=0", "quantiles=0"),
+        ("hedge:urgency=2", "urgency=2; expected a weight in [0, 1]"),
+        ("hedge:urgency=-0.5", "urgency=-0.5; expected a weight in [0, 1]"),
         ("hedge:quantiles=2.5", "expected int"),
         ("hedge:predictor=flow:prior=p.json", "predictor='flow' uses none"),
         ("hedge:prior=/no/such/prior.json", "/no/such/prior.json: no such file"),
