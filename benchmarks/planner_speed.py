@@ -1,10 +1,11 @@
 """CPU milliseconds per tick of the hedge planner (``mara_agents.baselines.hedge``).
 
 How to run:   python benchmarks/planner_speed.py [--nodes 16,64] [--loads 1.0,2.0]
-                  [--episodes 2] [--lookahead-episodes 1] [--split val]
+                  [--episodes 2] [--lookahead-episodes 1] [--split val] [--urgency 0]
 Runs the harness's episodes (base seed 0) of ``hedge`` (flow predictions fused with the
 deadline prior), ``hedge:predictor=flow`` (flow alone) and ``hedge:predictor=exact``
-(exact work) in this process, one after the other, and times each tick by this process's
+(exact work), each with hedge's ``urgency`` knob at ``--urgency``, in this process, one
+after the other, and times each tick by this process's
 CPU clock in two parts: the predictions (the flow model's ``PredictionCache`` refresh,
 cached until a task's reports grow by 10 %, and the fusion with the prior) and the planning
 on them (exploration, chances of finishing, admission, this tick's counts).  Prints per
@@ -122,7 +123,12 @@ def main() -> None:
         help="episodes per point of the lookahead teacher (default 1; 0: none)",
     )
     p.add_argument("--split", default="val", help="trace split (default val)")
+    p.add_argument(
+        "--urgency", type=float, default=0.0, help="hedge's urgency knob, in [0, 1] (default 0)"
+    )
     args = p.parse_args()
+    if not 0 <= args.urgency <= 1:
+        p.error(f"--urgency {args.urgency}: expected a weight in [0, 1]")
     if args.episodes < 1:
         p.error("--episodes must be >= 1")
     if not 0 <= args.lookahead_episodes <= args.episodes:
@@ -135,12 +141,15 @@ def main() -> None:
     agent = build("mara=")
     policy_episode(agent, short, traces, 0)
     decision_episode(Lookahead(), short, traces, 0)
-    print(f"{args.episodes} {args.split} episodes per point, CPU ms per tick, one process:")
+    print(
+        f"{args.episodes} {args.split} episodes per point, CPU ms per tick, one process; "
+        f"hedge's urgency {args.urgency:g}:"
+    )
     for nodes in (int(v) for v in args.nodes.split(",")):
         for load in (float(v) for v in args.loads.split(",")):
             config = ClusterConfig(split=args.split, num_nodes=nodes, load=load)
             for predictor in ("flow+deadline", "flow", "exact"):
-                hedge = Hedge(predictor=predictor)
+                hedge = Hedge(predictor=predictor, urgency=args.urgency)
                 predict, plan, active, rates = [], [], [], []
                 for i in range(args.episodes):
                     pr, pl, ac, rate = timed_episode(
