@@ -272,6 +272,13 @@ def claim_file(
             atomic_write(out, data)
     """
     path = prepare_out_file(path, force=force or extend, option=option)
+    try:  # a new folder is made, as a run's --out folder is
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise OutputError(
+            f"{option} {path}: cannot create its folder {path.parent} ({exc.strerror}); "
+            "expected a writable place"
+        ) from None
     lock = path.parent / f".{path.name}.lock"
     fd = _lock(lock, path, option)
     _write_marker(fd, command)

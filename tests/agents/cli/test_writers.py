@@ -111,6 +111,15 @@ def test_a_second_writer_of_the_same_file_stops_at_once(tmp_path):
     assert list(tmp_path.iterdir()) == []  # the lock file went with the claim
 
 
+def test_a_writer_makes_the_folder_its_file_goes_in(tmp_path):
+    out = tmp_path / "runs" / "new" / "prior.json"
+    with claim_file(out, command="predictor deadline-prior") as path:
+        assert path == out and out.parent.is_dir()
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(OutputError, match="is a file; expected a directory"):
+        claim_file(tmp_path / "file" / "prior.json", command="predictor deadline-prior")
+
+
 def test_curves_refuses_one_file_for_figure_and_points(tmp_path, capsys):
     pytest.importorskip("ray")
     trial = _trial(tmp_path / "trial")
