@@ -212,3 +212,18 @@ def test_the_command_fits_under_a_cluster_file_s_deadline_model(tmp_path, capsys
     (tmp_path / "bad.yaml").write_text("load: 2\n")
     assert main([*argv, "--force", "--cluster", str(tmp_path / "bad.yaml")]) == 1
     assert "load" in capsys.readouterr().err
+
+
+def test_the_synthetic_history_prior_is_the_synthetic_workloads_and_larger_at_short_deadlines():
+    # docs/results.md ("Urgency"): the default prior, two thirds Philly jobs, thinks a
+    # synthetic task with a short deadline is several times smaller than this history does
+    synthetic = DeadlinePrior.load(SHIPPED_PRIOR.with_name("deadline_prior_synthetic.json"))
+    assert synthetic.fitted_on["split"] == "train" and synthetic.fitted_on["jobs"] == ["none"]
+    default = DeadlinePrior.load()
+    assert "philly" in default.fitted_on["jobs"]
+    windows = np.array([4.0, 8.0])
+    ratio = np.exp(
+        np.median(synthetic.ratios_of(windows), axis=1)
+        - np.median(default.ratios_of(windows), axis=1)
+    )
+    assert (ratio > 3).all(), ratio
