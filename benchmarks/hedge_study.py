@@ -51,14 +51,19 @@ class LateExact:
         """New episode: new per-task errors (drawn when first needed)."""
         self.error = np.zeros(0)
 
-    def get(self, sim: ClusterSim, tasks: np.ndarray) -> RemainingWork:
-        """Remaining work of ``tasks`` from their current work on."""
+    def erred_total(self, sim: ClusterSim, tasks: np.ndarray) -> np.ndarray:
+        """Each of ``tasks``' exact total work times its ``exp(sigma z)`` (the errors of
+        every task of the episode drawn at its first call)."""
         if len(self.error) < len(sim.status):
             z = np.random.default_rng([self.seed, len(sim.status)]).standard_normal(len(sim.status))
             self.error = np.exp(self.sigma * z)
+        return (sim.work[tasks] + sim.remaining_true(tasks)) * self.error[tasks]
+
+    def get(self, sim: ClusterSim, tasks: np.ndarray) -> RemainingWork:
+        """Remaining work of ``tasks`` from their current work on."""
         unknown = np.array([len(sim.hist_work[k]) < MIN_REPORTS for k in tasks], bool)
         done = sim.work[tasks]
-        total = (done + sim.remaining_true(tasks)) * self.error[tasks]
+        total = self.erred_total(sim, tasks)
         left = np.maximum(total - done, 0.01 * done)
         return RemainingWork(np.where(unknown, np.nan, left)[:, None], unknown)
 
@@ -74,11 +79,8 @@ class Calibrated(LateExact):
 
     def get(self, sim: ClusterSim, tasks: np.ndarray) -> RemainingWork:
         """Remaining work of ``tasks`` from their current work on."""
-        if len(self.error) < len(sim.status):
-            z = np.random.default_rng([self.seed, len(sim.status)]).standard_normal(len(sim.status))
-            self.error = np.exp(self.sigma * z)
         done = sim.work[tasks]
-        median = (done + sim.remaining_true(tasks)) * self.error[tasks]
+        median = self.erred_total(sim, tasks)
         with np.errstate(divide="ignore"):  # no work done yet: every level is above it
             below = ndtr(np.log(done / median) / self.sigma)
         levels = below[:, None] + (1 - below[:, None]) * self.levels[None, :]
@@ -136,14 +138,22 @@ def main() -> None:
     if not 0 <= args.urgency <= 1:
         p.error(f"--urgency {args.urgency}: expected a weight in [0, 1]")
     try:
-        sigmas = [f"sigma={float(s)}" for s in args.sigmas.split(",") if s]
-        calibrated = [f"calibrated={float(s)}" for s in args.calibrated.split(",") if s]
+        sigmas = [float(v) for v in args.sigmas.split(",") if v]
+        spreads = [float(v) for v in args.calibrated.split(",") if v]
         loads = [float(v) for v in args.loads.split(",")]
     except ValueError as exc:
         p.error(f"--sigmas, --calibrated and --loads take comma-separated numbers ({exc})")
-    if any(float(f.split("=")[1]) <= 0 for f in calibrated):
+    if any(v <= 0 for v in spreads):
         p.error("--calibrated: every spread must be > 0")
-    feeds = ["exact", "wait", *sigmas, *calibrated, "deadline", "flow", "flow+deadline"]
+    feeds = [
+        "exact",
+        "wait",
+        *(f"sigma={v}" for v in sigmas),
+        *(f"calibrated={v}" for v in spreads),
+        "deadline",
+        "flow",
+        "flow+deadline",
+    ]
     jobs = [
         (f, load, i, args.split, args.urgency)
         for f in feeds

@@ -5,13 +5,13 @@ How to run:   python benchmarks/planner_speed.py [--nodes 16,64] [--loads 1.0,2.
 Runs the harness's episodes (base seed 0) of ``hedge`` (flow predictions fused with the
 deadline prior), ``hedge:predictor=flow`` (flow alone) and ``hedge:predictor=exact``
 (exact work), each with hedge's ``urgency`` knob at ``--urgency``, in this process, one
-after the other, and times each tick by this process's
-CPU clock in two parts: the predictions (the flow model's ``PredictionCache`` refresh,
-cached until a task's reports grow by 10 %, and the fusion with the prior) and the planning
-on them (exploration, chances of finishing, admission, this tick's counts).  Prints per
-cluster size and load the mean, median and 99th percentile of the planning cost per tick,
-the mean prediction cost per tick, the active tasks per tick and the completion rate (a
-short untimed episode first loads the compiled functions).
+after the other, and times each tick by this process's CPU clock in two parts: the
+predictions (the flow model's ``PredictionCache`` refresh, cached until a task's reports
+grow by 10 %, and the fusion with the prior) and the planning on them (exploration,
+chances of finishing, admission, this tick's counts). Prints per cluster size and load the
+mean, median and 99th percentile of the planning cost per tick, the mean prediction cost
+per tick, the active tasks per tick and the completion rate (a short untimed episode first
+loads the compiled functions).
 Then, on the same episodes, the shipped policy (``mara``, as the harness runs it): its whole
 decision per tick (``act_round``: its features, which hold the flow samples fused with the
 prior and hedge's count, then the network) and the network alone (the greedy decoder

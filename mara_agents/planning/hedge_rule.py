@@ -146,7 +146,8 @@ def hedge_plan(
         ok = open_ & (step > 0) & (step <= left) & (value > now + 1e-12)
         if not ok.any():
             break
-        # chance gained per node-tick added (a step that also saves node-ticks: first)
+        # value (chance, less urgency's) gained per node-tick added (a step that also saves
+        # node-ticks: first)
         added = np.maximum(cost - cost[rows, counts][:, None], 1e-9)
         with np.errstate(invalid="ignore"):
             gain = np.where(ok, (value - now) / added, -np.inf)
