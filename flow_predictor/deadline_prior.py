@@ -17,9 +17,12 @@ history of sizes; a menu of round estimates gives each round value its own distr
 A file without windows (version 1) is one distribution of ``r`` for every task.
 
 It is shipped as a small JSON file (:data:`SHIPPED_PRIOR`, made by ``mara predictor
-deadline-prior``).  For a running task it gives remaining-work samples ``scale * exp(r) -
-work done``, conditioned on the task not being done yet (``W >`` its work so far); it needs
-no report, so it speaks from arrival on.
+deadline-prior``), fitted on the history of both shipped workloads, and one file per
+workload fitted on that workload's history alone (:data:`HISTORY_PRIORS`, read by a
+planner's ``prior=history``: each cluster's scheduler knows its own cluster's history).
+For a running task it gives remaining-work samples ``scale * exp(r) - work done``,
+conditioned on the task not being done yet (``W >`` its work so far); it needs no report,
+so it speaks from arrival on.
 
 :class:`DeadlineInformed` combines it with the flow model's samples, when the flow model
 has a finite median, as a product of two log-normals (each fitted to its samples' median
@@ -50,7 +53,16 @@ from flow_predictor.remaining import MIN_RATIO, PredictionCache, RemainingWork
 from mara_env.atomic import atomic_write
 from mara_env.workload import Workload, reference_nodes
 
-SHIPPED_PRIOR = Path(__file__).with_name("checkpoints") / "deadline_prior.json"
+CHECKPOINTS = Path(__file__).with_name("checkpoints")
+SHIPPED_PRIOR = CHECKPOINTS / "deadline_prior.json"  # both shipped workloads' history
+# ``prior=history``: the prior fitted on the train history of the workload an episode runs,
+# as the cluster's own scheduler would fit it (keys: ``ClusterConfig.jobs``, None the
+# synthetic workload); any other jobs table reads :data:`SHIPPED_PRIOR`
+HISTORY = "history"
+HISTORY_PRIORS = {
+    None: CHECKPOINTS / "deadline_prior_synthetic.json",
+    "philly": CHECKPOINTS / "deadline_prior_philly.json",
+}
 KIND = "mara-deadline-prior"
 VERSION = 2
 VERSIONS = (1, 2)  # version 1: one distribution of log ratios, no windows
@@ -71,6 +83,14 @@ def deadline_scale(workload: Workload, config: Any, tasks: np.ndarray) -> np.nda
     n_ref = reference_nodes(workload, config, tasks).astype(np.float64)
     allowed = (workload.deadline[tasks] - workload.arrival[tasks]).astype(np.float64)
     return workload.rate[tasks] * n_ref ** workload.alpha[tasks] * allowed
+
+
+def history_prior_path(jobs: str | None) -> Path:
+    """The shipped prior fitted on the train history of the workload ``jobs`` (a
+    ``ClusterConfig.jobs``: None for the synthetic workload, ``"philly"``); for any other
+    jobs table, :data:`SHIPPED_PRIOR` (fit your own with ``mara predictor deadline-prior
+    --jobs TABLE`` and pass it as a file)."""
+    return HISTORY_PRIORS.get(jobs, SHIPPED_PRIOR)
 
 
 def fit_history(

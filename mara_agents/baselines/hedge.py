@@ -64,6 +64,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from flow_predictor.deadline_prior import HISTORY
 from flow_predictor.remaining import PredictionCache, RemainingWork
 from mara_agents.planning.hedge_rule import HedgeParams, HedgePlan, plan_counts
 from mara_agents.planning.predictors import EXACT, check_predictor
@@ -106,7 +107,10 @@ class Hedge(Scheduler):
     alone; needs the ``[predictor]`` extra), ``"deadline"`` (the deadline prior alone), or
     ``"exact"`` (each task's exact remaining work: the same planner on a degenerate
     distribution).  ``prior``: a deadline-prior JSON file (default: the shipped one, fitted
-    on the train split).  ``confidence``, ``flow_spread``, ``quantiles``, ``urgency``: see
+    on the train split of both shipped workloads), or ``"history"``: each episode the prior
+    fitted on the train history of its own workload
+    (:func:`~flow_predictor.deadline_prior.history_prior_path`).  ``confidence``,
+    ``flow_spread``, ``quantiles``, ``urgency``: see
     :class:`~mara_agents.planning.hedge_rule.HedgeParams` (None: its default).
     """
 
@@ -135,38 +139,53 @@ class Hedge(Scheduler):
             require("predictor")  # checked here, in the parent, not in a worker
         self.predictor = predictor
         self.prior = None
+        # the prior file of each workload met (one, unless prior=history)
+        self._priors: dict[Any, Any] = {}
+        self._history = prior == HISTORY
         if "deadline" in predictor:
-            from flow_predictor.deadline_prior import DeadlinePrior
+            from flow_predictor.deadline_prior import HISTORY_PRIORS, DeadlinePrior
 
+            paths = set(HISTORY_PRIORS.values()) if self._history else {prior}
             try:  # a bad file: an error here, not in a worker
-                self.prior = DeadlinePrior.load(prior)
+                for path in paths:
+                    self.prior = self._priors[path] = DeadlinePrior.load(path)
             except OSError as exc:
                 raise ValueError(str(exc)) from None
         elif prior is not None:
             raise ValueError(f"hedge: prior={prior!r} given, but predictor={predictor!r} uses none")
+        self._flow: PredictionCache | None = None
         self._predictions: Predictions | None = None
+        self._by_prior: dict[int, Predictions] = {}
 
     def _make_predictions(self) -> Predictions:
         if self.predictor == EXACT:
             return ExactRemaining()
-        from flow_predictor.remaining import FLOW_SAMPLES
-
-        cache = None
-        if "flow" in self.predictor:
+        if "flow" in self.predictor and self._flow is None:
             from flow_predictor.checkpoint import load_predictor
-            from flow_predictor.remaining import REFRESH
+            from flow_predictor.remaining import FLOW_SAMPLES, REFRESH
 
-            cache = PredictionCache(load_predictor(n_samples=FLOW_SAMPLES), REFRESH)
-            if self.prior is None:
-                return cache
+            self._flow = PredictionCache(load_predictor(n_samples=FLOW_SAMPLES), REFRESH)
+        if self.prior is None:
+            return self._flow
         from flow_predictor.deadline_prior import DeadlineInformed
 
-        return DeadlineInformed(self.prior, cache, self.params.quantiles, self.params.flow_spread)
+        return DeadlineInformed(
+            self.prior, self._flow, self.params.quantiles, self.params.flow_spread
+        )
 
     def reset(self, sim: ClusterSim, rng: np.random.Generator) -> None:
         super().reset(sim, rng)
-        if self._predictions is None:
-            self._predictions = self._make_predictions()
+        if self._history and "deadline" in self.predictor:
+            from flow_predictor.deadline_prior import DeadlinePrior, history_prior_path
+
+            path = history_prior_path(sim.config.jobs)
+            if path not in self._priors:  # a jobs table of the user's: both workloads'
+                self._priors[path] = DeadlinePrior.load(path)
+            self.prior = self._priors[path]
+        key = id(self.prior)
+        if key not in self._by_prior:
+            self._by_prior[key] = self._make_predictions()
+        self._predictions = self._by_prior[key]
         self._predictions.clear()
 
     def predictions(self, sim: ClusterSim, tasks: np.ndarray) -> RemainingWork:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from flow_predictor.deadline_prior import SHIPPED_PRIOR, DeadlinePrior, history_prior_path
 from mara_agents.baselines import ALL_SCHEDULERS
 from mara_agents.baselines.hedge import Hedge
 from mara_agents.evaluation.registry import SpecError, make_scheduler
@@ -127,6 +128,7 @@ def test_exact_twin_meets_every_task_a_single_task_plan_meets() -> None:
         "hedge:predictor=deadline",
         "hedge:predictor=flow",
         "hedge:predictor=deadline:urgency=1",
+        "hedge:predictor=deadline:prior=history:urgency=1",
     ],
 )
 def test_whole_episodes_are_valid_and_deterministic(spec, episode_setup) -> None:  # noqa: F811
@@ -166,6 +168,7 @@ def test_whole_episodes_are_valid_and_deterministic(spec, episode_setup) -> None
         ("hedge:quantiles=2.5", "expected int"),
         ("hedge:predictor=flow:prior=p.json", "predictor='flow' uses none"),
         ("hedge:prior=/no/such/prior.json", "/no/such/prior.json: no such file"),
+        ("hedge:predictor=exact:prior=history", "predictor='exact' uses none"),
     ],
 )
 def test_bad_options_are_one_line_errors(spec, words) -> None:
@@ -189,3 +192,27 @@ def test_the_deadline_informed_distribution_is_read_as_evenly_spaced_quantiles(
     samples = scheduler.predictions(sim, np.flatnonzero(sim.status == 1)).samples
     assert samples.shape[1] == quantiles
     assert (np.diff(samples, axis=1) >= 0).all()  # sorted: the quantiles, in order
+
+
+def test_prior_history_reads_each_workloads_own_history(episode_setup, tmp_path) -> None:  # noqa: F811
+    # prior=history: per episode the prior fitted on the train history of its workload
+    # (each cluster's scheduler knows its own); a user's jobs table: both workloads'
+    cfg, traces = episode_setup
+    scheduler = make_scheduler("hedge:predictor=deadline:prior=history:urgency=1")
+    table = tmp_path / "mine.parquet"
+    table.touch()  # the config checks only that it exists; no episode is drawn from it
+    for jobs, name in [(None, "synthetic"), ("philly", "philly"), (str(table), None)]:
+        sim = ClusterSim(cfg, traces)
+        sim.config = cfg.replace(jobs=jobs)  # only the workload's name is read
+        scheduler.reset(sim, np.random.default_rng(0))
+        path = history_prior_path(jobs)
+        shipped = SHIPPED_PRIOR.with_name(f"deadline_prior_{name}.json") if name else None
+        assert path == (shipped or SHIPPED_PRIOR)
+        assert scheduler.prior.fitted_on == DeadlinePrior.load(path).fitted_on
+    assert DeadlinePrior.load(history_prior_path("philly")).fitted_on["jobs"] == ["philly"]
+    # on the synthetic workload it plans as the synthetic history's file does
+    synthetic = "hedge:predictor=deadline:prior=" + str(history_prior_path(None)) + ":urgency=1"
+    spec = "hedge:predictor=deadline:prior=history:urgency=1"
+    assert run_episode(make_scheduler(spec), cfg, traces, seed=3) == run_episode(
+        make_scheduler(synthetic), cfg, traces, seed=3
+    )
