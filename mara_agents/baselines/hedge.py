@@ -139,23 +139,26 @@ class Hedge(Scheduler):
             require("predictor")  # checked here, in the parent, not in a worker
         self.predictor = predictor
         self.prior = None
-        # the prior file of each workload met (one, unless prior=history)
+        # each prior file the planner may read, loaded here (a bad file: an error here, not
+        # in a worker): the one given, or with prior=history every workload's
         self._priors: dict[Any, Any] = {}
         self._history = prior == HISTORY
         if "deadline" in predictor:
-            from flow_predictor.deadline_prior import HISTORY_PRIORS, DeadlinePrior
+            from flow_predictor.deadline_prior import HISTORY_PRIORS, SHIPPED_PRIOR, DeadlinePrior
 
-            paths = set(HISTORY_PRIORS.values()) if self._history else {prior}
-            try:  # a bad file: an error here, not in a worker
-                for path in paths:
-                    self.prior = self._priors[path] = DeadlinePrior.load(path)
+            paths = {*HISTORY_PRIORS.values(), SHIPPED_PRIOR} if self._history else {prior}
+            try:
+                self._priors = {path: DeadlinePrior.load(path) for path in paths}
             except OSError as exc:
                 raise ValueError(str(exc)) from None
+            if not self._history:
+                self.prior = self._priors[prior]
         elif prior is not None:
             raise ValueError(f"hedge: prior={prior!r} given, but predictor={predictor!r} uses none")
         self._flow: PredictionCache | None = None
         self._predictions: Predictions | None = None
-        self._by_prior: dict[int, Predictions] = {}
+        # the predictions of each prior read so far (they share the flow model's cache)
+        self._by_prior: dict[Any, Predictions] = {}
 
     def _make_predictions(self) -> Predictions:
         if self.predictor == EXACT:
@@ -175,17 +178,15 @@ class Hedge(Scheduler):
 
     def reset(self, sim: ClusterSim, rng: np.random.Generator) -> None:
         super().reset(sim, rng)
-        if self._history and "deadline" in self.predictor:
-            from flow_predictor.deadline_prior import DeadlinePrior, history_prior_path
+        path = None
+        if self._history:  # (refused above for a predictor without a prior)
+            from flow_predictor.deadline_prior import history_prior_path
 
             path = history_prior_path(sim.config.jobs)
-            if path not in self._priors:  # a jobs table of the user's: both workloads'
-                self._priors[path] = DeadlinePrior.load(path)
             self.prior = self._priors[path]
-        key = id(self.prior)
-        if key not in self._by_prior:
-            self._by_prior[key] = self._make_predictions()
-        self._predictions = self._by_prior[key]
+        if path not in self._by_prior:
+            self._by_prior[path] = self._make_predictions()
+        self._predictions = self._by_prior[path]
         self._predictions.clear()
 
     def predictions(self, sim: ClusterSim, tasks: np.ndarray) -> RemainingWork:
