@@ -246,6 +246,10 @@ class MaraNet(nn.Module):
         self.critic_slot = _mlp(layout.slot_dim, c, c)
         self.critic_head = _mlp(layout.node_dim + layout.state_extra + 2 * c, c, 1)
 
+    def critic_parameters(self) -> list[nn.Parameter]:
+        """The centralized critic's parameters (every other one is the actor's)."""
+        return [*self.critic_slot.parameters(), *self.critic_head.parameters()]
+
     def _split(self, flat: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         lay = self.layout
         node = flat[..., : lay.node_dim]

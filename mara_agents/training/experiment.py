@@ -21,6 +21,7 @@ they may come from a base file)::
     train_jobs: [null, philly]  # round view: ... and over these workloads (null: the
                               # synthetic one; a jobs table as env.jobs), crossed with the loads
     advantage: {...}          # AdvantageConfig keys: PPO's advantage estimator (round view)
+    warmup: {...}             # WarmupConfig keys: critic-only steps, then the actor's lr ramp
 
 With ``base``, the file's mappings are merged key by key into the base's (chains of bases
 work); any other value, ``null`` included, replaces the base's (``null``: the default).
@@ -138,6 +139,22 @@ class AdvantageConfig:
 
 
 @dataclass(frozen=True)
+class WarmupConfig:
+    """PPO's start from a warm policy (:mod:`mara_agents.training.learner`): for
+    ``critic_steps`` env steps sampled (decision rounds in the round view) only the critic
+    learns, then the actor's learning rate rises linearly from 0 to ``rllib.training.lr``
+    over ``actor_ramp_steps``.  Both 0 (default): one optimizer, full rate from the start."""
+
+    critic_steps: int = 0
+    actor_ramp_steps: int = 0
+
+    @property
+    def active(self) -> bool:
+        """Whether the actor starts below the full learning rate."""
+        return bool(self.critic_steps or self.actor_ramp_steps)
+
+
+@dataclass(frozen=True)
 class CheckpointConfig:
     """How often Tune checkpoints (training iterations) and how many it keeps."""
 
@@ -166,6 +183,7 @@ class Experiment:
     # Workloads they cycle through too, crossed with the loads (None: the synthetic one).
     train_jobs: tuple[str | None, ...] = ()
     advantage: AdvantageConfig = AdvantageConfig()
+    warmup: WarmupConfig = WarmupConfig()
     path: str | None = None
 
     def env_config(self) -> dict[str, Any]:
@@ -226,6 +244,7 @@ ADVANTAGE_BOUNDS = {
     "estimator": one_of(ESTIMATORS),
     "group_size": Rule(lambda v: is_int(v) and v >= 2, "an integer >= 2"),
 }
+WARMUP_BOUNDS = {"critic_steps": COUNT, "actor_ramp_steps": COUNT}
 WRAPPER_BOUNDS = {"n_samples": POSITIVE_INT, "steps": POSITIVE_INT, "spread": POSITIVE}
 # The PPOConfig overrides whose valid range we know; other keys get the type of their default.
 RLLIB_RULES: dict[str, dict[str, Rule]] = {
@@ -267,6 +286,7 @@ def _section_rules() -> dict[str, dict[str, Rule]]:
         "pretrain": rules_of(PretrainConfig, PRETRAIN_BOUNDS),
         "checkpoint": rules_of(CheckpointConfig, CHECKPOINT_BOUNDS),
         "advantage": rules_of(AdvantageConfig, ADVANTAGE_BOUNDS),
+        "warmup": rules_of(WarmupConfig, WARMUP_BOUNDS),
         "stop": {k: POSITIVE for k in STOP_KEYS},
     }
 
@@ -284,6 +304,7 @@ TOP_LEVEL: dict[str, Rule] = {
     "rllib": MAPPING | NULL,
     "checkpoint": MAPPING | NULL,
     "advantage": MAPPING | NULL,
+    "warmup": MAPPING | NULL,
     "train_loads": Rule(
         lambda v: (
             v is None
@@ -494,6 +515,7 @@ def parse_experiment(data: Any, where: str = "experiment") -> Experiment:
         train_loads=train_loads,
         train_jobs=train_jobs,
         advantage=advantage,
+        warmup=_section(WarmupConfig, data.get("warmup"), f"{where}: warmup"),
     )
 
 

@@ -38,10 +38,8 @@ from collections import defaultdict
 from typing import Any
 
 import numpy as np
-from ray.rllib.algorithms.ppo.torch.ppo_torch_learner import PPOTorchLearner
 from ray.rllib.connectors.common.numpy_to_tensor import NumpyToTensor
 from ray.rllib.connectors.connector_v2 import ConnectorV2
-from ray.rllib.connectors.learner import GeneralAdvantageEstimation
 from ray.rllib.core.columns import Columns
 from ray.rllib.core.rl_module.apis.value_function_api import ValueFunctionAPI
 from ray.rllib.env.single_agent_env_runner import SingleAgentEnvRunner
@@ -229,18 +227,3 @@ class GroupRelativeAdvantages(ConnectorV2):
                 batch[mid].update(columns)
         return batch
 
-
-class GroupPPOLearner(PPOTorchLearner):
-    """RLlib's PPO learner, with :class:`GroupRelativeAdvantages` in place of GAE when the
-    config asks for groups (``learner_config_dict``: ``advantage``, ``group_size``)."""
-
-    def build(self) -> None:
-        super().build()
-        if group_size(self.config) and self._learner_connector is not None:
-            compare = BASELINES[self.config.learner_config_dict[ESTIMATOR_KEY]]
-            self._learner_connector.remove(GeneralAdvantageEstimation.__name__)
-            self._learner_connector.append(
-                GroupRelativeAdvantages(
-                    compare=compare, gamma=self.config.gamma, lambda_=self.config.lambda_
-                )
-            )

@@ -26,12 +26,8 @@ from ray.rllib.core.rl_module.multi_rl_module import MultiRLModuleSpec
 from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 
 from mara_agents.training.experiment import Experiment
-from mara_agents.training.group import (
-    ESTIMATOR_KEY,
-    GROUP_SIZE_KEY,
-    GroupedEnvRunner,
-    GroupPPOLearner,
-)
+from mara_agents.training.group import ESTIMATOR_KEY, GROUP_SIZE_KEY, GroupedEnvRunner
+from mara_agents.training.learner import ACTOR_RAMP_KEY, CRITIC_STEPS_KEY, MaraPPOLearner
 from mara_agents.training.rl_module import SHARED_MODULE_ID, MaraRLModule, MaraRoundModule
 from mara_agents.training.rllib_env import ROUND_ENV_ID, VECTOR_MODE, register
 from mara_env.config import ConfigError
@@ -203,14 +199,22 @@ def build_config(
         .callbacks(MaraMetrics)
         .debugging(seed=exp.seed)
     )
+    extra: dict[str, Any] = {}
     if grouped:
-        config.learners(
-            learner_class=GroupPPOLearner,
-            learner_config_dict={
-                ESTIMATOR_KEY: exp.advantage.estimator,
-                GROUP_SIZE_KEY: exp.advantage.group_size,
-            },
+        extra.update(
+            {ESTIMATOR_KEY: exp.advantage.estimator, GROUP_SIZE_KEY: exp.advantage.group_size}
         )
+    if exp.warmup.active:
+        if not isinstance(config.lr, (int, float)):
+            raise ConfigError(
+                f"{exp.path or 'experiment'}: warmup with rllib.training.lr={config.lr!r}: "
+                "expected one number (the warm-up schedules the actor's learning rate itself)"
+            )
+        extra.update(
+            {CRITIC_STEPS_KEY: exp.warmup.critic_steps, ACTOR_RAMP_KEY: exp.warmup.actor_ramp_steps}
+        )
+    if extra:
+        config.learners(learner_class=MaraPPOLearner, learner_config_dict=extra)
     if exp.view == "round":
         config.rl_module(
             rl_module_spec=RLModuleSpec(module_class=MaraRoundModule, model_config=model)

@@ -475,7 +475,8 @@ def test_train_loads_reach_the_env_config_and_only_then_the_record() -> None:
 
 
 def test_group_advantage_reaches_the_config_and_only_then_the_record() -> None:
-    from mara_agents.training.group import GroupedEnvRunner, GroupPPOLearner, group_size
+    from mara_agents.training.group import GroupedEnvRunner, group_size
+    from mara_agents.training.learner import MaraPPOLearner
     from mara_agents.training.ppo import build_config
     from mara_agents.training.records import experiment_record
 
@@ -491,7 +492,7 @@ def test_group_advantage_reaches_the_config_and_only_then_the_record() -> None:
     assert config.batch_mode == "complete_episodes" and group_size(config) == 4
     assert config.learner_config_dict == {"advantage": "group_gae", "group_size": 4}
     assert config.env_runner_cls is GroupedEnvRunner
-    assert config.learner_class is GroupPPOLearner
+    assert config.learner_class is MaraPPOLearner
     grouped["rllib"]["env_runners"]["num_envs_per_env_runner"] = 6
     with pytest.raises(ConfigError, match="group_size=4 does not divide.*per_env_runner=6"):
         build_config(parse_experiment(grouped))
