@@ -16,10 +16,12 @@ the neighbours' ``r`` spreads as the sizes of past tasks do, so the prior become
 history of sizes; a menu of round estimates gives each round value its own distribution.
 A file without windows (version 1) is one distribution of ``r`` for every task.
 
-It is shipped as a small JSON file (:data:`SHIPPED_PRIOR`, made by ``mara predictor
-deadline-prior``), fitted on the history of both shipped workloads, and one file per
-workload fitted on that workload's history alone (:data:`HISTORY_PRIORS`, read by a
-planner's ``prior=history``: each cluster's scheduler knows its own cluster's history).
+It is shipped as small JSON files (made by ``mara predictor deadline-prior``), each the
+fit of one history under the default cluster settings: :data:`SHIPPED_PRIOR` on both
+shipped workloads' train tasks, and one per workload on its own (:data:`HISTORY_PRIORS`).
+Which history a scheduler plans on, and fitting one for other settings, is
+:mod:`mara_agents.planning.history`'s.
+
 For a running task it gives remaining-work samples ``scale * exp(r) - work done``,
 conditioned on the task not being done yet (``W >`` its work so far); it needs no report,
 so it speaks from arrival on.
@@ -55,10 +57,9 @@ from mara_env.workload import Workload, reference_nodes
 
 CHECKPOINTS = Path(__file__).with_name("checkpoints")
 SHIPPED_PRIOR = CHECKPOINTS / "deadline_prior.json"  # both shipped workloads' history
-# ``prior=history``: the prior fitted on the train history of the workload an episode runs,
-# as the cluster's own scheduler would fit it (keys: ``ClusterConfig.jobs``, None the
-# synthetic workload); any other jobs table reads :data:`SHIPPED_PRIOR`
+# a planner's ``prior=history``: the history of the workload an episode runs alone
 HISTORY = "history"
+# the shipped fits of each workload's train history alone (default cluster settings)
 HISTORY_PRIORS = {
     None: CHECKPOINTS / "deadline_prior_synthetic.json",
     "philly": CHECKPOINTS / "deadline_prior_philly.json",
@@ -83,14 +84,6 @@ def deadline_scale(workload: Workload, config: Any, tasks: np.ndarray) -> np.nda
     n_ref = reference_nodes(workload, config, tasks).astype(np.float64)
     allowed = (workload.deadline[tasks] - workload.arrival[tasks]).astype(np.float64)
     return workload.rate[tasks] * n_ref ** workload.alpha[tasks] * allowed
-
-
-def history_prior_path(jobs: str | None) -> Path:
-    """The shipped prior fitted on the train history of the workload ``jobs`` (a
-    ``ClusterConfig.jobs``: None for the synthetic workload, ``"philly"``); for any other
-    jobs table, :data:`SHIPPED_PRIOR` (fit your own with ``mara predictor deadline-prior
-    --jobs TABLE`` and pass it as a file)."""
-    return HISTORY_PRIORS.get(jobs, SHIPPED_PRIOR)
 
 
 def fit_history(

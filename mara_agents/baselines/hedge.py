@@ -60,6 +60,7 @@ from the train split's tasks.  Its knobs were chosen on the validation split onl
 
 from __future__ import annotations
 
+import json
 from typing import Any, Protocol
 
 import numpy as np
@@ -106,10 +107,11 @@ class Hedge(Scheduler):
     with ``flow_share``'s sample count and refresh rule, fused with the deadline prior or
     alone; needs the ``[predictor]`` extra), ``"deadline"`` (the deadline prior alone), or
     ``"exact"`` (each task's exact remaining work: the same planner on a degenerate
-    distribution).  ``prior``: a deadline-prior JSON file (default: the shipped one, fitted
-    on the train split of both shipped workloads), or ``"history"``: each episode the prior
-    fitted on the train history of its own workload
-    (:func:`~flow_predictor.deadline_prior.history_prior_path`).  ``confidence``,
+    distribution).  ``prior``: the deadline prior (default: that of the cluster's own
+    history, both shipped workloads' train tasks drawn under the episode's cluster settings,
+    :func:`~mara_agents.planning.history.cluster_prior`; under the default settings the
+    shipped file), ``"history"``: the same, on the tasks of the workload the episode runs
+    alone, or a deadline-prior JSON file, for every episode.  ``confidence``,
     ``flow_spread``, ``quantiles``, ``urgency``: see
     :class:`~mara_agents.planning.hedge_rule.HedgeParams` (None: its default).
     """
@@ -139,26 +141,29 @@ class Hedge(Scheduler):
             require("predictor")  # checked here, in the parent, not in a worker
         self.predictor = predictor
         self.prior = None
-        # each prior file the planner may read, loaded here (a bad file: an error here, not
-        # in a worker): the one given, or with prior=history every workload's
-        self._priors: dict[Any, Any] = {}
-        self._history = prior == HISTORY
+        # the prior of a file given is read here (a bad file: an error here, not in a
+        # worker); the cluster's history is read or fitted per episode (its settings)
+        self._own_workload = prior == HISTORY
+        self._fixed = prior is not None and not self._own_workload
         if "deadline" in predictor:
-            from flow_predictor.deadline_prior import HISTORY_PRIORS, SHIPPED_PRIOR, DeadlinePrior
+            from flow_predictor.deadline_prior import DeadlinePrior
+            from mara_agents.planning.history import cluster_prior
+            from mara_env.config import ClusterConfig
 
-            paths = {*HISTORY_PRIORS.values(), SHIPPED_PRIOR} if self._history else {prior}
             try:
-                self._priors = {path: DeadlinePrior.load(path) for path in paths}
+                if self._fixed:
+                    self.prior = DeadlinePrior.load(prior)
+                else:  # the shipped fits, read now: a broken install fails here
+                    cluster_prior(ClusterConfig(), self._own_workload)
             except OSError as exc:
                 raise ValueError(str(exc)) from None
-            if not self._history:
-                self.prior = self._priors[prior]
         elif prior is not None:
             raise ValueError(f"hedge: prior={prior!r} given, but predictor={predictor!r} uses none")
         self._flow: PredictionCache | None = None
         self._predictions: Predictions | None = None
-        # the predictions of each prior read so far (they share the flow model's cache)
-        self._by_prior: dict[Any, Predictions] = {}
+        # the predictions of each prior planned on so far, by its record (they share the
+        # flow model's cache)
+        self._by_prior: dict[str | None, Predictions] = {}
 
     def _make_predictions(self) -> Predictions:
         if self.predictor == EXACT:
@@ -178,15 +183,15 @@ class Hedge(Scheduler):
 
     def reset(self, sim: ClusterSim, rng: np.random.Generator) -> None:
         super().reset(sim, rng)
-        path = None
-        if self._history:  # (refused above for a predictor without a prior)
-            from flow_predictor.deadline_prior import history_prior_path
+        key = None
+        if "deadline" in self.predictor and not self._fixed:
+            from mara_agents.planning.history import cluster_prior
 
-            path = history_prior_path(sim.config.jobs)
-            self.prior = self._priors[path]
-        if path not in self._by_prior:
-            self._by_prior[path] = self._make_predictions()
-        self._predictions = self._by_prior[path]
+            self.prior = cluster_prior(sim.config, self._own_workload)
+            key = json.dumps(self.prior.fitted_on, sort_keys=True)
+        if key not in self._by_prior:
+            self._by_prior[key] = self._make_predictions()
+        self._predictions = self._by_prior[key]
         self._predictions.clear()
 
     def predictions(self, sim: ClusterSim, tasks: np.ndarray) -> RemainingWork:

@@ -320,69 +320,45 @@ def run_deadline_prior(args: argparse.Namespace) -> int:
     load of ``--split`` (their work ``W_k`` and deadlines) and write it to ``--out``."""
     import numpy as np
 
-    from flow_predictor.deadline_prior import DeadlinePrior, deadline_scale, fit_history
     from mara_agents.commands import checks
     from mara_agents.outputs import OutputError, claim_file
+    from mara_agents.planning.history import fit_prior
     from mara_env.config import ClusterConfig, ConfigError
-    from mara_env.traces import TraceError, load_traces
-    from mara_env.workload import sample_workload
+    from mara_env.traces import TraceError
 
     try:
         loads = checks.parse_list(args.loads, "--loads", float, "load factors > 0")
         for load in loads:
             checks.positive(load, "--loads")
         jobs = checks.parse_list(args.jobs, "--jobs", str, "workloads (none, philly, ...)")
-        episodes = args.episodes
-        traces = load_traces(split=args.split)
         settings = {}
         if args.cluster is not None:
             from mara_env.config import load_cluster_file
 
             flags = {"split": "--split", "load": "--loads", "jobs": "--jobs"}
             settings = load_cluster_file(args.cluster, flags)
-        configs = [
-            ClusterConfig(
-                **settings, split=args.split, load=load, jobs=None if job == "none" else job
-            )
-            for job in jobs
-            for load in loads
-        ]
-        for config in configs:  # a job trace that cannot carry a load stops here, not later
-            if config.jobs is not None:
-                checks.replay_line(config)
+        for job in jobs:  # a job trace that cannot carry a load stops here, not later
+            for load in loads:
+                config = ClusterConfig(
+                    **settings, split=args.split, load=load, jobs=None if job == "none" else job
+                )
+                if config.jobs is not None:
+                    checks.replay_line(config)
         claim = claim_file(args.out, command="predictor deadline-prior", force=args.force)
     except (checks.UsageError, OutputError, ConfigError, TraceError, ValueError) as exc:
         print(f"mara predictor deadline-prior: error: {exc}", file=sys.stderr)
         return 1
-    work, scale, window = [], [], []
-    for c, config in enumerate(configs):
-        for i in range(episodes):
-            wl = sample_workload(config, traces, np.random.default_rng([args.seed, c, i]))
-            tasks = np.arange(len(wl.arrival))
-            work.append(wl.work_true)
-            scale.append(deadline_scale(wl, config, tasks))
-            window.append(wl.deadline - wl.arrival)
-    work_all, scale_all = np.concatenate(work), np.concatenate(scale)
-    log_windows, log_ratios = fit_history(work_all, scale_all, np.concatenate(window), args.seed)
-    prior = DeadlinePrior(
-        log_ratios,
-        {
-            "split": args.split,
-            "jobs": jobs,
-            "loads": loads,
-            "episodes": episodes,
-            "seed": args.seed,
-            "cluster": settings,
-            "tasks": int(np.isfinite(work_all).sum()),
-        },
-        log_windows,
-    )
     with claim as out:
+        try:
+            prior = fit_prior(settings, jobs, args.split, loads, args.episodes, args.seed)
+        except (ConfigError, TraceError, ValueError) as exc:
+            print(f"mara predictor deadline-prior: error: {exc}", file=sys.stderr)
+            return 1
         prior.save(out)
     q = np.quantile(prior.log_ratios, [0.1, 0.5, 0.9])
     print(
-        f"{len(work_all)} tasks; log(work / deadline-implied work): 10 % {q[0]:+.2f}, "
-        f"median {q[1]:+.2f}, 90 % {q[2]:+.2f}"
+        f"{prior.fitted_on['tasks']} tasks; log(work / deadline-implied work): 10 % "
+        f"{q[0]:+.2f}, median {q[1]:+.2f}, 90 % {q[2]:+.2f}"
     )
     print(f"wrote {out}")
     return 0

@@ -8,6 +8,8 @@ registry calls for ``mara=POLICY.pt`` specs.
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +18,7 @@ import numpy as np
 from flow_predictor.model import single_threaded
 from flow_predictor.remaining import FLOW_SAMPLES
 from flow_predictor.wrapper import make_predictor
-from mara_agents.policy.features import wrap
+from mara_agents.policy.features import FeatureSettings, wrap
 from mara_agents.policy.inference import MaraPolicy, load_policy, slots_for
 from mara_agents.policy.policy_file import SHIPPED_POLICY, read_policy, trained_nodes
 from mara_env.config import ClusterConfig
@@ -37,6 +39,9 @@ class MaraAgent:
 
     On a cluster of another size it observes :meth:`slots_for` ``(N)`` slots (the harness
     builds the env so), acting with the trained weights on as many slots as the env has.
+    On a cluster whose users are not those it was trained among (other history settings,
+    such as another deadline model), its features read the deadline prior of that
+    cluster's own history, as ``hedge`` does.
     """
 
     def __init__(
@@ -52,6 +57,8 @@ class MaraAgent:
         self._rounds: Any = None
         self._index: dict[str, int] = {}
         self._actions: list[int] = []
+        # the feature settings on clusters of other history settings, by those settings
+        self._on_cluster: dict[str, FeatureSettings] = {}
 
     @property
     def _wrapper_options(self) -> dict[str, Any] | None:
@@ -73,10 +80,36 @@ class MaraAgent:
         # A fresh view per episode (the wrapper caches predictions per task), around the
         # predictor built once.
         policy = self.policy
-        view = wrap(env, policy.wrapper, self._wrapper_options, self._predictor, policy.features)
+        features = self._features_on(env.unwrapped.engine.config)
+        view = wrap(env, policy.wrapper, self._wrapper_options, self._predictor, features)
         self._rounds = RoundEnv(view)
         self._index = {a: i for i, a in enumerate(self._rounds.engine.agents)}
         self._actions = []
+
+    def _features_on(self, config: ClusterConfig) -> FeatureSettings | None:
+        """The policy's feature settings on ``config``'s cluster: those it was trained with
+        where the cluster's history settings are those of its training env, else with the
+        deadline prior of the cluster's own history
+        (:func:`~mara_agents.planning.history.cluster_prior`)."""
+        features = self.policy.features
+        if features is None or not features.deadline_prior:
+            return features
+        from mara_agents.planning.history import cluster_prior, history_settings
+
+        trained = ClusterConfig.from_dict(dict(self.policy.meta.get("env") or {}))
+        settings = history_settings(config)
+        if settings == history_settings(trained):
+            return features
+        key = json.dumps(settings, sort_keys=True)
+        if key not in self._on_cluster:
+            prior = cluster_prior(config)
+            windows = () if prior.log_windows is None else tuple(map(float, prior.log_windows))
+            self._on_cluster[key] = dataclasses.replace(
+                features,
+                deadline_prior=tuple(map(float, prior.log_ratios)),
+                deadline_windows=windows,
+            )
+        return self._on_cluster[key]
 
     def act_round(self, env: Any) -> np.ndarray:
         """The ``N`` node actions of the round ``env`` is at the start of."""

@@ -226,4 +226,3 @@ class GroupRelativeAdvantages(ConnectorV2):
             for mid, columns in tensors.items():
                 batch[mid].update(columns)
         return batch
-

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from flow_predictor.deadline_prior import SHIPPED_PRIOR, DeadlinePrior, history_prior_path
+from flow_predictor.deadline_prior import HISTORY_PRIORS, SHIPPED_PRIOR, DeadlinePrior
 from mara_agents.baselines import ALL_SCHEDULERS
 from mara_agents.baselines.hedge import Hedge
 from mara_agents.evaluation.registry import SpecError, make_scheduler
@@ -194,25 +194,37 @@ def test_the_deadline_informed_distribution_is_read_as_evenly_spaced_quantiles(
     assert (np.diff(samples, axis=1) >= 0).all()  # sorted: the quantiles, in order
 
 
-def test_prior_history_reads_each_workloads_own_history(episode_setup, tmp_path) -> None:  # noqa: F811
+def test_prior_history_reads_each_workloads_own_history(episode_setup) -> None:  # noqa: F811
     # prior=history: per episode the prior fitted on the train history of its workload
-    # (each cluster's scheduler knows its own); a user's jobs table: both workloads'
+    # under the cluster's settings (the shipped per-workload fits under the defaults)
     cfg, traces = episode_setup
     scheduler = make_scheduler("hedge:predictor=deadline:prior=history:urgency=1")
-    table = tmp_path / "mine.parquet"
-    table.touch()  # the config checks only that it exists; no episode is drawn from it
-    for jobs, name in [(None, "synthetic"), ("philly", "philly"), (str(table), None)]:
+    for jobs in (None, "philly"):
         sim = ClusterSim(cfg, traces)
-        sim.config = cfg.replace(jobs=jobs)  # only the workload's name is read
+        sim.config = cfg.replace(jobs=jobs)  # only the settings are read
         scheduler.reset(sim, np.random.default_rng(0))
-        path = history_prior_path(jobs)
-        shipped = SHIPPED_PRIOR.with_name(f"deadline_prior_{name}.json") if name else None
-        assert path == (shipped or SHIPPED_PRIOR)
-        assert scheduler.prior.fitted_on == DeadlinePrior.load(path).fitted_on
-    assert DeadlinePrior.load(history_prior_path("philly")).fitted_on["jobs"] == ["philly"]
+        shipped = DeadlinePrior.load(HISTORY_PRIORS[jobs])
+        assert scheduler.prior.fitted_on == shipped.fitted_on
+        assert scheduler.prior.fitted_on["jobs"] == ["none" if jobs is None else jobs]
     # on the synthetic workload it plans as the synthetic history's file does
-    synthetic = "hedge:predictor=deadline:prior=" + str(history_prior_path(None)) + ":urgency=1"
+    synthetic = f"hedge:predictor=deadline:prior={HISTORY_PRIORS[None]}:urgency=1"
     spec = "hedge:predictor=deadline:prior=history:urgency=1"
     assert run_episode(make_scheduler(spec), cfg, traces, seed=3) == run_episode(
         make_scheduler(synthetic), cfg, traces, seed=3
     )
+
+
+def test_default_prior_is_the_clusters_own_history(episode_setup) -> None:  # noqa: F811
+    # under the default settings the shipped file; under other users' deadlines a prior
+    # fitted on the train tasks drawn under them, never the padded users' file
+    cfg, traces = episode_setup
+    scheduler = make_scheduler("hedge:predictor=deadline")
+    sim = ClusterSim(cfg, traces)
+    scheduler.reset(sim, np.random.default_rng(0))
+    assert scheduler.prior.fitted_on == DeadlinePrior.load(SHIPPED_PRIOR).fitted_on
+    blind = cfg.replace(deadline_model="blind")
+    scheduler.reset(ClusterSim(blind, traces), np.random.default_rng(0))
+    assert scheduler.prior.fitted_on["cluster"] == {"deadline_model": "blind"}
+    assert scheduler.prior.fitted_on["jobs"] == ["none", "philly"]
+    first = run_episode(make_scheduler("hedge:predictor=deadline"), blind, traces, seed=2)
+    assert first == run_episode(scheduler, blind, traces, seed=2)  # same seed, same episode

@@ -191,3 +191,21 @@ def test_a_flow_deadline_policy_records_and_acts_with_its_prior_and_planner(tmp_
         load_policy(path)
     assert str(path) in str(err.value) and "deadline_prior" in str(err.value)
     assert "\n" not in str(err.value)
+
+
+def test_on_other_users_the_policy_reads_that_clusters_own_history_prior():
+    """Where the cluster's users are those it was trained among (whatever its size or
+    load), the policy acts with its recorded prior; under another deadline model, with
+    the prior of that cluster's own history, as hedge plans on."""
+    from mara_agents.planning.history import cluster_prior
+    from mara_env.config import ClusterConfig
+
+    agent = MaraAgent()
+    recorded = agent.policy.features
+    assert agent._features_on(ClusterConfig(num_nodes=64, load=2.0)) is recorded
+    blind = ClusterConfig(deadline_model="blind")
+    features = agent._features_on(blind)
+    assert features.deadline_prior == pytest.approx(cluster_prior(blind).log_ratios.tolist())
+    assert features.deadline_prior != recorded.deadline_prior
+    assert features.teacher == recorded.teacher and features.samples == recorded.samples
+    assert agent._features_on(blind.replace(load=1.5)) is features  # built once
