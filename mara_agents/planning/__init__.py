@@ -6,6 +6,9 @@ Each rule sits beside its ``*Params`` (the knobs a spec sets, each with its rang
 * :mod:`~mara_agents.planning.hedge_rule`: hedge's chances of finishing and its greedy
   knapsack on them (``HedgeParams``).
 
+Beside them, :mod:`~mara_agents.planning.history`: the deadline prior a planner may know,
+the one fitted on its own cluster's history.
+
 The schedulers of :mod:`mara_agents.baselines` act on them; the policy's plan features
 (:mod:`mara_agents.policy.features`) read one of them, named by a scheduler spec.  Numpy
 only (compiled with numba where installed): no torch, no ray.

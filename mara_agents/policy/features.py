@@ -40,6 +40,7 @@ from flow_predictor.wrapper import (
     make_predictor,
 )
 from mara_agents.planning.hedge_rule import HedgeParams, plan_counts
+from mara_agents.planning.history import cluster_prior
 from mara_agents.planning.share_rule import FlowShareParams, want_and_count
 from mara_env.cluster_env import env as make_aec_env
 from mara_env.config import ClusterConfig
@@ -186,17 +187,24 @@ class FeatureSettings:
         )
 
 
-def feature_settings(wrapper: str, options: dict[str, Any] | None = None) -> FeatureSettings | None:
+def feature_settings(
+    wrapper: str, options: dict[str, Any] | None = None, cluster: ClusterConfig | None = None
+) -> FeatureSettings | None:
     """The settings of ``wrapper``'s features built with ``options`` (None for ``none``):
     ``flow`` and ``wls`` read flow_share's plan; ``flow+deadline`` hedge's, with the
-    deadline prior of ``options["deadline_prior"]`` (a file, default the shipped one)."""
+    deadline prior of ``options["deadline_prior"]`` (a file), else that of the ``cluster``'s
+    own history (:func:`~mara_agents.planning.history.cluster_prior`; default settings:
+    the shipped file), the prior hedge plans on there."""
     if wrapper == "none":
         return None
     options = options or {}
     samples = int(options.get("n_samples", FLOW_SAMPLES))
     if wrapper != FLOW_DEADLINE:
         return FeatureSettings(SHARE_TEACHER, samples)
-    prior = DeadlinePrior.load(options.get("deadline_prior"))
+    if options.get("deadline_prior") is not None:
+        prior = DeadlinePrior.load(options["deadline_prior"])
+    else:
+        prior = cluster_prior(cluster or ClusterConfig())
     windows = () if prior.log_windows is None else tuple(float(v) for v in prior.log_windows)
     ratios = tuple(float(v) for v in prior.log_ratios)
     return FeatureSettings(HEDGE_TEACHER, samples, ratios, windows)
@@ -212,8 +220,9 @@ def wrap(
     """``env`` with a policy's features per slot: ``flow`` (shipped model), ``flow+deadline``,
     ``wls``, or ``none``; ``predictor``: the one
     :func:`~flow_predictor.wrapper.make_predictor` built for them (else built now);
-    ``settings``: those of the features (default: :func:`feature_settings` of the options)."""
-    settings = settings or feature_settings(wrapper, options)
+    ``settings``: those of the features (default: :func:`feature_settings` of the options
+    on ``env``'s cluster)."""
+    settings = settings or feature_settings(wrapper, options, env.unwrapped.engine.config)
     if predictor is None and settings is not None:
         predictor = make_predictor(wrapper, options, settings.samples)
     if predictor is None or settings is None:

@@ -79,7 +79,8 @@ def save_policy(
     out.parent.mkdir(parents=True, exist_ok=True)
     wrapper = env_config.get("wrapper", "none")
     options = env_config.get("wrapper_options") or {}
-    settings = feature_settings(wrapper, options)
+    cluster = ClusterConfig.from_dict(dict(env_config.get("cluster") or {}))
+    settings = feature_settings(wrapper, options, cluster)
     prior = None if settings is None else settings.deadline_prior
     windows = None if settings is None else settings.deadline_windows
     data = {

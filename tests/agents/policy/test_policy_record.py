@@ -209,3 +209,19 @@ def test_on_other_users_the_policy_reads_that_clusters_own_history_prior():
     assert features.deadline_prior != recorded.deadline_prior
     assert features.teacher == recorded.teacher and features.samples == recorded.samples
     assert agent._features_on(blind.replace(load=1.5)) is features  # built once
+
+
+def test_a_policy_trained_among_other_users_records_their_history_prior(tmp_path):
+    """Trained on a cluster of other settings with no prior file named, the features read
+    (and the file records) that cluster's own history prior, the one its labeler plans on."""
+    from mara_agents.planning.history import cluster_prior
+    from mara_env.config import ClusterConfig
+
+    blind = {"deadline_model": "blind"}
+    env = {"wrapper": "flow+deadline", "wrapper_options": {}, "cluster": blind}
+    path = save_policy(load_policy().net, tmp_path / "p.pt", env)
+    data = torch.load(path, weights_only=True)
+    history = cluster_prior(ClusterConfig(**blind))
+    assert data["deadline_prior"] == pytest.approx(history.log_ratios.tolist())
+    agent = MaraAgent(path)  # acting among those users: what it recorded
+    assert agent._features_on(ClusterConfig(**blind, num_nodes=32)) is agent.policy.features
