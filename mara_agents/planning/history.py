@@ -109,45 +109,41 @@ def fit_prior(
         work_all, np.concatenate(scale), np.concatenate(window), seed
     )
     fitted_on = {
-        "split": split,
-        "jobs": list(jobs),
-        "loads": [float(v) for v in loads],
-        "episodes": int(episodes),
-        "seed": int(seed),
-        "cluster": _plain(settings),
+        **_record(settings, jobs, split, loads, episodes, seed),
         "tasks": int(np.isfinite(work_all).sum()),
     }
     # the values a prior file stores (6 decimals), so that a fit and its file plan alike
     return DeadlinePrior(np.round(log_ratios, 6), fitted_on, np.round(log_windows, 6))
 
 
-def _record(jobs: Sequence[str], settings: dict[str, Any]) -> dict[str, Any]:
-    """The ``fitted_on`` (less its task count) of a history prior of ``jobs``."""
+def _record(
+    settings: dict[str, Any],
+    jobs: Sequence[str] = HISTORY_JOBS,
+    split: str = HISTORY_SPLIT,
+    loads: Sequence[float] = HISTORY_LOADS,
+    episodes: int = HISTORY_EPISODES,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """The ``fitted_on`` of a prior fitted on that history, less its task count."""
     return {
-        "split": HISTORY_SPLIT,
+        "split": split,
         "jobs": list(jobs),
-        "loads": list(HISTORY_LOADS),
-        "episodes": HISTORY_EPISODES,
-        "seed": 0,
-        "cluster": settings,
+        "loads": [float(v) for v in loads],
+        "episodes": int(episodes),
+        "seed": int(seed),
+        "cluster": _plain(settings),
     }
 
 
 @functools.lru_cache(maxsize=16)
 def _prior(jobs: tuple[str, ...], settings_json: str) -> DeadlinePrior:
     settings = json.loads(settings_json)
-    want = _record(jobs, settings)
+    want = _record(settings, jobs)
     for path in (SHIPPED_PRIOR, *HISTORY_PRIORS.values()):
         shipped = DeadlinePrior.load(path)
         if {k: v for k, v in shipped.fitted_on.items() if k != "tasks"} == want:
             return shipped
     return fit_prior(settings, jobs)
-
-
-def history_jobs(config: ClusterConfig, own_workload: bool = False) -> tuple[str, ...]:
-    """The workloads a history of ``config``'s cluster holds: both shipped ones, or with
-    ``own_workload`` the one its episodes run (``none``: synthetic)."""
-    return (config.jobs or "none",) if own_workload else HISTORY_JOBS
 
 
 def cluster_prior(config: ClusterConfig, own_workload: bool = False) -> DeadlinePrior:
@@ -156,4 +152,5 @@ def cluster_prior(config: ClusterConfig, own_workload: bool = False) -> Deadline
     its episodes run: a shipped file where one holds that fit, else :func:`fit_prior` (once
     per process and history)."""
     settings = json.dumps(history_settings(config), sort_keys=True)
-    return _prior(history_jobs(config, own_workload), settings)
+    jobs = (config.jobs or "none",) if own_workload else HISTORY_JOBS
+    return _prior(jobs, settings)

@@ -18,7 +18,7 @@ import numpy as np
 from flow_predictor.model import single_threaded
 from flow_predictor.remaining import FLOW_SAMPLES
 from flow_predictor.wrapper import make_predictor
-from mara_agents.policy.features import FeatureSettings, wrap
+from mara_agents.policy.features import FeatureSettings, prior_fields, wrap
 from mara_agents.policy.inference import MaraPolicy, load_policy, slots_for
 from mara_agents.policy.policy_file import SHIPPED_POLICY, read_policy, trained_nodes
 from mara_env.config import ClusterConfig
@@ -57,7 +57,7 @@ class MaraAgent:
         self._rounds: Any = None
         self._index: dict[str, int] = {}
         self._actions: list[int] = []
-        # the feature settings on clusters of other history settings, by those settings
+        # the feature settings on each cluster's history settings (JSON) acted on so far
         self._on_cluster: dict[str, FeatureSettings] = {}
 
     @property
@@ -96,19 +96,13 @@ class MaraAgent:
             return features
         from mara_agents.planning.history import cluster_prior, history_settings
 
-        trained = ClusterConfig.from_dict(dict(self.policy.meta.get("env") or {}))
-        settings = history_settings(config)
-        if settings == history_settings(trained):
-            return features
-        key = json.dumps(settings, sort_keys=True)
+        if not self._on_cluster:  # the settings it was trained among: as recorded
+            trained = ClusterConfig.from_dict(dict(self.policy.meta.get("env") or {}))
+            self._on_cluster[json.dumps(history_settings(trained), sort_keys=True)] = features
+        key = json.dumps(history_settings(config), sort_keys=True)
         if key not in self._on_cluster:
-            prior = cluster_prior(config)
-            windows = () if prior.log_windows is None else tuple(map(float, prior.log_windows))
-            self._on_cluster[key] = dataclasses.replace(
-                features,
-                deadline_prior=tuple(map(float, prior.log_ratios)),
-                deadline_windows=windows,
-            )
+            fields = prior_fields(cluster_prior(config))
+            self._on_cluster[key] = dataclasses.replace(features, **fields)
         return self._on_cluster[key]
 
     def act_round(self, env: Any) -> np.ndarray:

@@ -205,9 +205,17 @@ def feature_settings(
         prior = DeadlinePrior.load(options["deadline_prior"])
     else:
         prior = cluster_prior(cluster or ClusterConfig())
+    return FeatureSettings(HEDGE_TEACHER, samples, **prior_fields(prior))
+
+
+def prior_fields(prior: DeadlinePrior) -> dict[str, tuple[float, ...]]:
+    """``prior`` as :class:`FeatureSettings` holds it: ``deadline_prior`` (its log ratios)
+    and ``deadline_windows`` (its log windows; empty without)."""
     windows = () if prior.log_windows is None else tuple(float(v) for v in prior.log_windows)
-    ratios = tuple(float(v) for v in prior.log_ratios)
-    return FeatureSettings(HEDGE_TEACHER, samples, ratios, windows)
+    return {
+        "deadline_prior": tuple(float(v) for v in prior.log_ratios),
+        "deadline_windows": windows,
+    }
 
 
 def wrap(

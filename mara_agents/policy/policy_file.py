@@ -50,6 +50,7 @@ from mara_agents.policy.features import (
     FeatureSettings,
     TeacherPlan,
     feature_settings,
+    prior_fields,
 )
 from mara_agents.policy.network import MaraNet, ModelConfig, ObsLayout
 from mara_env.cluster_env import NODE_FEATURES, QUEUE_FEATURES, SLOT_FEATURES
@@ -168,8 +169,7 @@ def feature_settings_of(path: str | Path, data: dict[str, Any]) -> FeatureSettin
             f"{path}: wrapper={wrapper!r} needs the 'teacher' it was trained with (or the "
             "'hedge' knobs of files written before it); the file records neither"
         )
-    x = () if fitted.log_windows is None else tuple(float(v) for v in fitted.log_windows)
-    return _settings(path, teacher, samples, tuple(float(v) for v in fitted.log_ratios), x)
+    return _settings(path, teacher, samples, **prior_fields(fitted))
 
 
 def _settings(
