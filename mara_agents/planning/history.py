@@ -118,13 +118,14 @@ def fit_prior(
 
 def _record(
     settings: dict[str, Any],
-    jobs: Sequence[str] = HISTORY_JOBS,
-    split: str = HISTORY_SPLIT,
-    loads: Sequence[float] = HISTORY_LOADS,
-    episodes: int = HISTORY_EPISODES,
-    seed: int = 0,
+    jobs: Sequence[str],
+    split: str,
+    loads: Sequence[float],
+    episodes: int,
+    seed: int,
 ) -> dict[str, Any]:
-    """The ``fitted_on`` of a prior fitted on that history, less its task count."""
+    """The ``fitted_on`` of a prior fitted on that history (:func:`fit_prior`'s
+    arguments), less its task count."""
     return {
         "split": split,
         "jobs": list(jobs),
@@ -138,7 +139,7 @@ def _record(
 @functools.lru_cache(maxsize=16)
 def _prior(jobs: tuple[str, ...], settings_json: str) -> DeadlinePrior:
     settings = json.loads(settings_json)
-    want = _record(settings, jobs)
+    want = _record(settings, jobs, HISTORY_SPLIT, HISTORY_LOADS, HISTORY_EPISODES, 0)
     for path in (SHIPPED_PRIOR, *HISTORY_PRIORS.values()):
         shipped = DeadlinePrior.load(path)
         if {k: v for k, v in shipped.fitted_on.items() if k != "tasks"} == want:
