@@ -259,11 +259,12 @@ class ClusterState:
         """The families the metrics count (every family of the library, even if absent)."""
         return sorted(set(self.task_families().tolist()))
 
-    def metrics(self) -> dict[str, float]:
+    def metrics(self) -> dict[str, float | str]:
         """Per-episode metrics (meaningful once the episode is done).
 
         Besides the totals, ``tasks_<family>`` and ``completed_<family>`` count the tasks of
-        each trace family in the library (0 when an episode has none of that family).
+        each trace family in the library (0 when an episode has none of that family), and a
+        replayed day's episode names its ``day`` (the trace's date).
         """
         n = len(self.status)
         completed = int((self.status == DONE).sum())
@@ -284,6 +285,7 @@ class ClusterState:
             "reassignments": s.reassignments,
             "ticks": self.t,
             **self._family_counts(),
+            **({} if self.workload.day is None else {"day": self.workload.day}),
         }
 
     def _family_counts(self) -> dict[str, int]:

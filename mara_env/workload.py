@@ -30,6 +30,9 @@ class Workload:
     # int, reference allocation n_ref on which ``size`` is measured; None (hand-built
     # workloads): min(cap, config.ref_nodes), as the synthetic generator draws it
     ref: np.ndarray | None = None
+    # the date of the trace day a replayed workload comes from (None: synthetic arrivals);
+    # episodes that replay the same day are not independent draws (the harness's intervals)
+    day: str | None = None
 
     def __len__(self) -> int:
         return len(self.arrival)
@@ -113,6 +116,7 @@ def replayed_workload(
         work_sampled=work_sampled,
         work_true=_work_true(traces, trace, target),
         ref=ref.astype(np.int64),
+        day=day.date,
     )
 
 

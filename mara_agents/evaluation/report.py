@@ -141,11 +141,26 @@ def summary_markdown(df: pd.DataFrame, reference: str = REFERENCE) -> str:
             "|---|" + "---|" * len(loads),
         ]
         d = paired_differences(df, reference).set_index(["scheduler", "load"])
+        days = "ci95_day" in d.columns
         for spec in specs:
             if spec == reference:
                 continue
             cells = [_fmt(d.at[(spec, x), "diff"], d.at[(spec, x), "ci95"]) for x in loads]
+            if days:
+                cells = [
+                    f"{c} (days: ± {d.at[(spec, x), 'ci95_day']:.3f})" for c, x in zip(cells, loads)
+                ]
             lines.append(f"| {spec} | " + " | ".join(cells) + " |")
+        if days:
+            n_days = ", ".join(
+                f"{d.xs(x, level='load')['days'].min():.0f} at load {x:g}" for x in loads
+            )
+            lines += [
+                "",
+                f"The episodes replay a trace's days ({n_days}); episodes of the same day are "
+                "not independent. The interval in brackets treats the days as the independent "
+                "units (day-clustered): read it before calling a difference resolved.",
+            ]
     lines += gap_markdown(df)
     lines += family_markdown(df, reference)
     lines += ["", "## Other metrics (mean per episode)", ""]
@@ -311,7 +326,8 @@ def plot_completion(df: pd.DataFrame, path: str | os.PathLike, subject: str = PO
 
 def plot_paired_differences(df: pd.DataFrame, reference: str, path: str | os.PathLike) -> bool:
     """``reference`` minus each rival in completion rate (points), per load, on the same
-    episodes, with its paired 95% t-interval: one panel per load, rivals ranked by their
+    episodes, with its paired 95% t-interval (on replayed days, the day-clustered one:
+    :func:`~mara_agents.evaluation.stats.clustered_ci`): one panel per load, rivals ranked by their
     mean over loads (clairvoyant specs left out: they are ceilings). False, and nothing
     written, when ``reference`` was not evaluated or has no rival."""
     specs = list(dict.fromkeys(df["scheduler"]))
@@ -328,7 +344,8 @@ def plot_paired_differences(df: pd.DataFrame, reference: str, path: str | os.Pat
 
     styles = line_styles(specs, reference)
     # the reference's lead is minus (rival - reference); in points
-    d = d.assign(lead=-100 * d["diff"], half=100 * d["ci95"].fillna(0))
+    days = "ci95_day" in d.columns
+    d = d.assign(lead=-100 * d["diff"], half=100 * d["ci95_day" if days else "ci95"].fillna(0))
     order = d.groupby("scheduler", sort=False)["lead"].mean().sort_values().index.tolist()
     loads = sorted(d["load"].unique())
     height = 1.2 + 0.32 * len(order)
@@ -362,8 +379,13 @@ def plot_paired_differences(df: pd.DataFrame, reference: str, path: str | os.Pat
     axes[0, 0].set_yticks(range(len(order)), order, fontsize=8)
     axes[0, 0].set_ylim(-0.6, len(order) - 0.4)
     n = int(d["n"].min())
+    interval = (
+        f"95% paired interval clustered by day, {d['days'].min():.0f} days"
+        if days
+        else "95% paired t-interval"
+    )
     fig.suptitle(
-        f"{reference} − rival, completion rate (same {n} episodes; 95% paired t-interval; "
+        f"{reference} − rival, completion rate (same {n} episodes; {interval}; "
         f"right of 0: {reference} ahead)",
         fontsize=9,
     )

@@ -39,7 +39,7 @@ from mara_agents.evaluation.registry import (
     spec_note,
 )
 from mara_agents.evaluation.report import REFERENCE, write_outputs
-from mara_agents.evaluation.stats import COLUMNS, FAMILY_PREFIXES, METRICS
+from mara_agents.evaluation.stats import COLUMNS, DAY, FAMILY_PREFIXES, METRICS
 from mara_env.atomic import atomic_write
 from mara_env.cluster import ClusterState
 from mara_env.config import ClusterConfig
@@ -161,7 +161,8 @@ def results_row(
     spec: str, load: float, episode: int, seed: int, metrics: dict, base_seed: int = 0
 ) -> dict:
     """One row of the results table (:data:`~mara_agents.evaluation.stats.COLUMNS`, then
-    the per-family metrics) from an episode's ``metrics`` (:func:`run_spec`'s)."""
+    the per-family metrics and a replayed day's :data:`~mara_agents.evaluation.stats.DAY`)
+    from an episode's ``metrics`` (:func:`run_spec`'s)."""
     return {
         "scheduler": spec,
         "load": load,
@@ -171,6 +172,7 @@ def results_row(
         **{k: metrics[k] for k in METRICS},
         "base_seed": base_seed,
         **{k: v for k, v in metrics.items() if k.startswith(FAMILY_PREFIXES)},
+        **({DAY: metrics[DAY]} if DAY in metrics else {}),
     }
 
 

@@ -4,6 +4,13 @@ The results table has one row per scheduler x load x episode with the columns
 :data:`COLUMNS`, then, per trace family ``F`` of the library, ``tasks_F`` and
 ``completed_F``.  Intervals are two-sided 95% t-intervals over episodes; differences are
 paired on the episodes every scheduler shares (same seeds, same tasks).
+
+Episodes that replay a job trace's days carry the date in a :data:`DAY` column.  A trace
+split holds few days (Philly's test split: 11), so several episodes replay each day, and
+they are not independent draws: a scheduler that suits one day wins on all its episodes.
+Their paired differences therefore also get a *day-clustered* interval
+(:func:`clustered_ci`), which treats the days, not the episodes, as the independent units
+and is the one to read before calling a difference on replayed days resolved.
 """
 
 from __future__ import annotations
@@ -27,6 +34,8 @@ METRICS = (
 COLUMNS = ("scheduler", "load", "episode", "seed", "completion_rate", *METRICS, "base_seed")
 # then, per trace family F of the library: tasks_F, completed_F (ClusterSim.metrics)
 FAMILY_PREFIXES = ("tasks_", "completed_")
+# and, for an episode that replays a trace's day, that day's date
+DAY = "day"
 # An episode is its load, base seed and own seed: the same for every scheduler, and the
 # same in two results tables whatever other base seeds each ran (the ``episode`` column
 # counts on across base seeds, so it differs between ``--seeds 0,1`` and ``--seeds 1``).
@@ -45,6 +54,40 @@ def mean_ci(values: np.ndarray, level: float = 0.95) -> tuple[float, float]:
     return float(x.mean()), float(half)
 
 
+def clustered_ci(
+    values: np.ndarray, clusters: np.ndarray, level: float = 0.95
+) -> tuple[float, float, int]:
+    """Mean of ``values``, the half-width of its two-sided t-interval with the ``clusters``
+    (one label per value) as the independent units, and their number.
+
+    The cluster-robust (CR1) variance of a mean, ``G/(G-1) * sum_g S_g**2 / n**2`` with
+    ``S_g`` the sum of cluster ``g``'s deviations from the mean, and ``G - 1`` degrees of
+    freedom; with one value per cluster it is :func:`mean_ci`'s interval.  The half-width
+    is nan with fewer than two clusters.
+    """
+    from scipy import stats
+
+    x = np.asarray(values, np.float64)
+    labels = np.asarray(clusters)
+    keep = ~np.isnan(x)
+    x, labels = x[keep], labels[keep]
+    if not len(x):
+        return float("nan"), float("nan"), 0
+    mean = float(x.mean())
+    _, which = np.unique(labels, return_inverse=True)
+    g = int(which.max()) + 1
+    if g < 2:
+        return mean, float("nan"), g
+    sums = np.bincount(which, weights=x - mean)
+    var = g / (g - 1) * float((sums**2).sum()) / len(x) ** 2
+    return mean, float(stats.t.ppf(0.5 + level / 2, g - 1) * np.sqrt(var)), g
+
+
+def has_days(df: pd.DataFrame) -> bool:
+    """Whether every episode of ``df`` replays a trace's day (names it in :data:`DAY`)."""
+    return DAY in df.columns and bool(df[DAY].notna().all())
+
+
 def summarise(df: pd.DataFrame, metric: str = "completion_rate") -> pd.DataFrame:
     """Mean, 95% CI half-width and n per scheduler x load (spec order kept)."""
     rows = []
@@ -58,16 +101,23 @@ def paired_differences(
     df: pd.DataFrame, reference: str, metric: str = "completion_rate"
 ) -> pd.DataFrame:
     """Per scheduler x load: mean of (scheduler - reference) over shared episodes, 95% CI
-    (``df`` may pool results tables of several runs: episodes pair by :data:`EPISODE_KEY`)."""
+    (``df`` may pool results tables of several runs: episodes pair by :data:`EPISODE_KEY`).
+    When every episode replays a trace's day (:func:`has_days`), also ``ci95_day``, the
+    day-clustered half-width (:func:`clustered_ci`), and ``days``, how many days."""
     ref = df[df["scheduler"] == reference].set_index(EPISODE_KEY)[metric]
+    days = has_days(df)
     rows = []
     for (spec, load), g in df.groupby(["scheduler", "load"], sort=False):
         if spec == reference:
             continue
-        d = g.set_index(EPISODE_KEY)[metric] - ref
+        g = g.set_index(EPISODE_KEY)
+        d = (g[metric] - ref).reindex(g.index)
         m, h = mean_ci(d.dropna().to_numpy())
         n = int(d.notna().sum())
-        rows.append({"scheduler": spec, "load": load, "diff": m, "ci95": h, "n": n})
+        row = {"scheduler": spec, "load": load, "diff": m, "ci95": h, "n": n}
+        if days:
+            _, row["ci95_day"], row["days"] = clustered_ci(d.to_numpy(), g[DAY].to_numpy())
+        rows.append(row)
     return pd.DataFrame(rows)
 
 

@@ -253,6 +253,11 @@ def test_replay_is_one_day_per_seed_the_same_for_everyone():
     engine = ClusterEngine(REPLAY, traces)
     engine.reset(5)
     assert _digest(sim.workload) == _digest(engine.sim.workload) == _digest(a)
+    # the episode names the day it replays (the harness clusters intervals by it)
+    assert a.day == replay_day(REPLAY, np.random.default_rng(5)).date
+    assert sim.metrics()["day"] == a.day
+    synthetic = sample_workload(REPLAY.replace(jobs=None), traces, np.random.default_rng(5))
+    assert synthetic.day is None
     assert (np.diff(a.arrival) >= 0).all() and a.arrival.max() < REPLAY.horizon
     assert (a.deadline > a.arrival).all()
     np.testing.assert_array_equal(a.cap, np.minimum(2 * a.ref, 16))
@@ -309,6 +314,8 @@ def test_evaluate_replays_philly_at_64_nodes(tmp_path, capsys):
     assert "replaying philly (test split)" in capsys.readouterr().out
     df = pd.read_csv(out / "results.csv")
     assert len(df) == 4 and (df["tasks"] > 50).all()
+    assert df["day"].notna().all()  # each episode names its day
+    assert "(days: ±" in (out / "summary.md").read_text()
     refused([*argv[:-4], "--nodes", "256", "--loads", "2.0", "--out", str(out)], capsys, "--jobs")
 
 

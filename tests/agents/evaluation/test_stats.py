@@ -12,8 +12,10 @@ import pytest
 
 from mara_agents.evaluation.runner import evaluate
 from mara_agents.evaluation.stats import (
+    clustered_ci,
     episodes_for_power,
     family_paired_differences,
+    mean_ci,
     paired_differences,
     power_above_zero,
 )
@@ -199,3 +201,55 @@ def test_paired_leads_pair_episode_by_episode_and_refuse_unequal_lists():
     episodes["edf"].pop()
     with pytest.raises(ValueError, match="'mappo' has 3 episodes and 'edf' 2"):
         paired_leads(episodes, "mappo", against=["edf"])
+
+
+def test_clustered_interval_treats_clusters_as_the_units() -> None:
+    from scipy import stats
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=12)
+    # one value per cluster: the plain t-interval (G/(G-1) * sum of squares / G**2 is the
+    # sample variance over G)
+    m, h, g = clustered_ci(x, np.arange(12))
+    assert g == 12 and (m, h) == pytest.approx(mean_ci(x))
+    # 11 clusters of 9 near-copies each: the interval is that of 11 cluster means, far
+    # wider than 99 independent episodes would give
+    day = rng.normal(size=11)
+    values = np.repeat(day, 9) + 0.01 * rng.normal(size=99)
+    labels = np.repeat([f"2017-10-{d:02d}" for d in range(1, 12)], 9)
+    m, h, g = clustered_ci(values, labels)
+    means = values.reshape(11, 9).mean(axis=1)
+    assert g == 11 and m == pytest.approx(values.mean())
+    spread = stats.t.ppf(0.975, 10) * means.std(ddof=1) / np.sqrt(11)
+    assert h == pytest.approx(spread, rel=0.01)
+    assert h > 2.5 * mean_ci(values)[1]
+    # nan values are left out; one cluster has no interval
+    assert clustered_ci(np.array([1.0, np.nan, 2.0]), np.array(["a", "a", "a"]))[1:] == (
+        pytest.approx(float("nan"), nan_ok=True),
+        1,
+    )
+
+
+def test_paired_differences_on_replayed_days_add_a_day_clustered_interval() -> None:
+    rng = np.random.default_rng(1)
+    rows = []
+    for e in range(40):
+        day = f"d{e % 4}"
+        base = rng.uniform(0.6, 0.9)
+        for spec, lift in (("a", 0.0), ("b", 0.02 * (e % 4) - 0.03)):
+            rows.append(
+                dict(
+                    scheduler=spec,
+                    load=1.0,
+                    episode=e,
+                    seed=e,
+                    base_seed=0,
+                    completion_rate=base + lift,
+                    day=day,
+                )
+            )
+    df = pd.DataFrame(rows)
+    d = paired_differences(df, "a").iloc[0]
+    assert d["days"] == 4 and d["ci95_day"] > 3 * d["ci95"]
+    # synthetic episodes (no day): no such column
+    assert "ci95_day" not in paired_differences(df.drop(columns="day"), "a").columns
