@@ -18,8 +18,9 @@ tick, for the active tasks in earliest-deadline order:
    ``p_k(n)``: the share of its remaining-work samples that ``n`` nodes held from now on
    finish by its deadline (a joining node gives nothing in its first tick, speed-up
    ``rate * n**alpha``), and ``c_k(n)``: the node-ticks it then holds, averaged over the
-   samples (until it finishes, or its deadline).  A task none of whose counts reaches
-   ``p_k(n) >= confidence`` is not pursued.
+   samples (until it finishes; a sample that misses the deadline is charged ``miss_cost``
+   times the time left, 1 by default: its nodes held to the deadline).  A task none of
+   whose counts reaches ``p_k(n) >= confidence`` is not pursued.
 3. **Admission and counts** (a greedy knapsack on chances): starting from no nodes, the
    step that raises some task's count from ``m`` to ``n`` with the most chance gained per
    node-tick added, ``(p_k(n) - p_k(m)) / (c_k(n) - c_k(m))``, is taken while nodes are
@@ -112,7 +113,7 @@ class Hedge(Scheduler):
     :func:`~mara_agents.planning.history.cluster_prior`; under the default settings the
     shipped file), ``"history"``: the same, on the tasks of the workload the episode runs
     alone, or a deadline-prior JSON file, for every episode.  ``confidence``,
-    ``flow_spread``, ``quantiles``, ``urgency``: see
+    ``flow_spread``, ``quantiles``, ``urgency``, ``miss_cost``: see
     :class:`~mara_agents.planning.hedge_rule.HedgeParams` (None: its default).
     """
 
@@ -126,6 +127,7 @@ class Hedge(Scheduler):
         quantiles: int | None = None,
         prior: str | None = None,
         urgency: float | None = None,
+        miss_cost: float | None = None,
     ) -> None:
         check_predictor("hedge", predictor, PREDICTORS)
         given = {
@@ -133,6 +135,7 @@ class Hedge(Scheduler):
             "flow_spread": flow_spread,
             "quantiles": quantiles,
             "urgency": urgency,
+            "miss_cost": miss_cost,
         }
         self.params = HedgeParams(**{k: v for k, v in given.items() if v is not None})
         if "flow" in predictor:

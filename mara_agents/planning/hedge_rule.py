@@ -30,13 +30,18 @@ class HedgeParams:
     flow_spread: float = 2.0  # flow+deadline: the flow model's log spread times this
     quantiles: int = 256  # flow+deadline, deadline: evenly spaced quantiles the chances read
     urgency: float = 0.0  # a step's value: chance now less this times the chance after a wait
+    # node-ticks a sample that misses the deadline is charged: this share of the time left
+    # (1: its nodes held to the deadline)
+    miss_cost: float = 1.0
 
     def to_dict(self) -> dict[str, float | int]:
-        """Plain values (for a teacher's spec); ``urgency`` only when on, so that the spec
-        of a plan without it reads as it did before the knob existed."""
+        """Plain values (for a teacher's spec); ``urgency`` and ``miss_cost`` only when they
+        differ from the rule before they existed, so that such a spec reads as it did."""
         values = asdict(self)
         if not self.urgency:
             del values["urgency"]
+        if self.miss_cost == 1.0:
+            del values["miss_cost"]
         return values
 
     def __post_init__(self) -> None:
@@ -47,6 +52,7 @@ class HedgeParams:
                 f"a factor in (0, {MAX_FLOW_SPREAD:g}]",
             ),
             "urgency": (lambda v: 0 <= v <= 1, "a weight in [0, 1]"),
+            "miss_cost": (lambda v: 0 <= v <= 1, "a share of the time left in [0, 1]"),
             "quantiles": (
                 lambda v: 1 <= v <= MAX_QUANTILES and float(v).is_integer(),
                 f"a whole number in [1, {MAX_QUANTILES}]",
@@ -60,6 +66,7 @@ class HedgeParams:
         object.__setattr__(self, "flow_spread", float(self.flow_spread))
         object.__setattr__(self, "quantiles", int(self.quantiles))
         object.__setattr__(self, "urgency", float(self.urgency))
+        object.__setattr__(self, "miss_cost", float(self.miss_cost))
 
 
 DEFAULTS = HedgeParams()
@@ -81,12 +88,13 @@ def finish_chances(
     warm: np.ndarray,
     rate: np.ndarray,
     alpha: np.ndarray,
+    miss_cost: float = DEFAULTS.miss_cost,
 ) -> tuple[np.ndarray, np.ndarray]:
     """``p_k(n)`` and ``c_k(n)`` of every task (rows) and count ``n = 0..max(cap)``
     (columns): the share of ``samples`` (tasks x samples of remaining work) that ``n`` nodes
     held from now on finish within ``time_left``, and the node-ticks they then hold (until
-    done or the deadline), averaged over the samples (``inf`` beyond the cap; count 0:
-    chance 0, no node-ticks)."""
+    done; a sample that misses the deadline is charged ``miss_cost`` times the time left),
+    averaged over the samples (``inf`` beyond the cap; count 0: chance 0, no node-ticks)."""
     k = len(samples)
     n = np.arange(1, int(cap.max(initial=1)) + 1, dtype=np.float64)
     ticks = ticks_needed(
@@ -99,7 +107,7 @@ def finish_chances(
     left = time_left[:, None, None]
     with np.errstate(invalid="ignore"):  # inf work: never in time, held to the deadline
         ok = ticks <= left
-        held = np.where(ok, ticks, left)
+        held = np.where(ok, ticks, miss_cost * left)
     chance = ok.mean(axis=1)
     cost = n[None, :] * held.mean(axis=1)
     over = n[None, :] > cap[:, None]
@@ -119,6 +127,7 @@ def hedge_plan(
     capacity: int,
     confidence: float = DEFAULTS.confidence,
     urgency: float = DEFAULTS.urgency,
+    miss_cost: float = DEFAULTS.miss_cost,
 ) -> HedgePlan:
     """Steps 2-4 of the module docstring for tasks in earliest-deadline order, on
     ``capacity`` free nodes.  Nodes that no kept task can use are left for the caller
@@ -130,7 +139,7 @@ def hedge_plan(
     counts = np.zeros(k, np.int64)
     if k == 0:
         return HedgePlan(counts, np.zeros(0, bool), np.zeros((0, 1)))
-    chance, cost = finish_chances(samples, time_left, cap, warm, rate, alpha)
+    chance, cost = finish_chances(samples, time_left, cap, warm, rate, alpha, miss_cost)
     pursued = (chance >= confidence - 1e-12).any(axis=1)
     value = chance
     if urgency > 0:
@@ -196,6 +205,7 @@ def plan_counts(
         left,
         params.confidence,
         params.urgency,
+        params.miss_cost,
     )
     counts[planned] = plan.counts
     left = num_nodes - int(counts.sum())

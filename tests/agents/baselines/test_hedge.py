@@ -37,6 +37,11 @@ def test_chances_count_the_samples_that_finish() -> None:
     two, twice = np.ones(2), np.vstack([samples, samples])
     capped, _ = finish_chances(twice, 3 * two, np.array([4, 2]), 0 * two, two, two)
     assert capped[1, 3:].tolist() == [0.0, 0.0]  # beyond the cap
+    # miss_cost charges a sample that misses that share of the 3 ticks left: on 2 nodes
+    # work 2 and 4 finish (2 and 3 ticks), 6 and inf miss (1.5 each); the chances stay
+    cheap_chance, cheap = finish_chances(samples, 3 * one, np.array([4]), 0 * one, one, one, 0.5)
+    assert cheap_chance.tolist() == chance.tolist()
+    assert cheap[0, 2] == pytest.approx(2 * (2 + 3 + 1.5 + 1.5) / 4)
 
 
 def test_admission_takes_the_most_chance_per_node_tick() -> None:
@@ -90,6 +95,9 @@ def test_urgency_off_writes_the_teacher_spec_as_before() -> None:
     on = TeacherPlan("hedge", FlowShareParams(), HedgeParams(urgency=0.5))
     assert on.spec.endswith(":urgency=0.5")
     assert TeacherPlan.from_spec(on.spec).hedge.urgency == 0.5  # reads back
+    cheap = TeacherPlan("hedge", FlowShareParams(), HedgeParams(miss_cost=0.1))
+    assert cheap.spec == f"{HEDGE_TEACHER}:miss_cost=0.1"  # only when it differs from 1
+    assert TeacherPlan.from_spec(cheap.spec).hedge.miss_cost == 0.1
 
 
 def single_task_cases(n: int):
@@ -129,6 +137,7 @@ def test_exact_twin_meets_every_task_a_single_task_plan_meets() -> None:
         "hedge:predictor=flow",
         "hedge:predictor=deadline:urgency=1",
         "hedge:predictor=deadline:prior=history:urgency=1",
+        "hedge:miss_cost=0.1",
     ],
 )
 def test_whole_episodes_are_valid_and_deterministic(spec, episode_setup) -> None:  # noqa: F811
@@ -165,6 +174,7 @@ def test_whole_episodes_are_valid_and_deterministic(spec, episode_setup) -> None
         ("hedge:quantiles=0", "quantiles=0"),
         ("hedge:urgency=2", "urgency=2; expected a weight in [0, 1]"),
         ("hedge:urgency=-0.5", "urgency=-0.5; expected a weight in [0, 1]"),
+        ("hedge:miss_cost=1.5", "miss_cost=1.5; expected a share of the time left in [0, 1]"),
         ("hedge:quantiles=2.5", "expected int"),
         ("hedge:predictor=flow:prior=p.json", "predictor='flow' uses none"),
         ("hedge:prior=/no/such/prior.json", "/no/such/prior.json: no such file"),
