@@ -105,7 +105,7 @@ def finish_chances(
         alpha[:, None, None],
     )
     left = time_left[:, None, None]
-    with np.errstate(invalid="ignore"):  # inf work: never in time, held to the deadline
+    with np.errstate(invalid="ignore"):  # inf work: never in time, a miss
         ok = ticks <= left
         held = np.where(ok, ticks, miss_cost * left)
     chance = ok.mean(axis=1)
