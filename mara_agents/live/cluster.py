@@ -283,6 +283,7 @@ class LiveCluster(ClusterState):
                     "setup_s": v.get("setup_s", np.nan),
                     "train_s": v.get("train_s", np.nan),
                     "eval_s": v.get("eval_s", np.nan),
+                    "step_estimate_s": v.get("step_estimate_s", np.nan),
                     "error": v.get("error", ""),
                 }
             )

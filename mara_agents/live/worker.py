@@ -170,6 +170,9 @@ class NodeWorker:
                 "slice_steps": int(trainer.steps - start_steps),
                 "setup_s": setup_s,
                 "train_s": train_s,
+                # the running estimate of a step (its evaluation included) the slice stopped
+                # on: it ends when one more step would overrun the tick
+                "step_estimate_s": step_s,
             }
             if rank == 0:
                 t1 = time.perf_counter()
