@@ -403,6 +403,9 @@ def _place(
 # ablation); the same layout but for none.
 FLOW_DEADLINE = "flow+deadline"
 WRAPPERS = ("none", "flow", FLOW_DEADLINE, "wls")
+# wrapper options of the features built on the predictions, not of the flow model: the
+# deadline prior's file and the spec of the teacher whose plan they read
+FEATURE_OPTIONS = ("deadline_prior", "teacher")
 
 
 def make_predictor(
@@ -419,7 +422,7 @@ def make_predictor(
         # Imported here: the flow model (torch) is only needed when asked for.
         from flow_predictor.checkpoint import load_predictor
 
-        flow_options = {k: v for k, v in (options or {}).items() if k != "deadline_prior"}
+        flow_options = {k: v for k, v in (options or {}).items() if k not in FEATURE_OPTIONS}
         return load_predictor(**{"n_samples": samples, **flow_options})
     return WLSPredictor(**(options or {}))
 

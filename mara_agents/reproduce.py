@@ -45,6 +45,7 @@ ALL_SPECS = (
     # rules of thumb and our own heuristic
     "flow_share",
     "hedge",  # admission and counts planned on the flow samples fused with the deadline prior
+    "hedge:miss_cost=1",  # ... with a miss charged to the deadline (the price before history)
     "hedge:predictor=flow",  # the same planner on the flow predictor's samples alone
     "hedge:predictor=deadline",  # ... and on the deadline prior alone
     "uniform",
@@ -91,6 +92,7 @@ REPLAY_LOADS = (1.0, 2.0)
 DEADLINE_SPECS = (
     "mara",
     "hedge",
+    "hedge:miss_cost=1",
     "hedge:predictor=deadline",
     "hedge:predictor=flow",
     "hedge:predictor=exact",

@@ -19,7 +19,9 @@ tick, for the active tasks in earliest-deadline order:
    finish by its deadline (a joining node gives nothing in its first tick, speed-up
    ``rate * n**alpha``), and ``c_k(n)``: the node-ticks it then holds, averaged over the
    samples (until it finishes; a sample that misses the deadline is charged ``miss_cost``
-   times the time left, 1 by default: its nodes held to the deadline).  A task none of
+   times the time left: 1 is its nodes held to the deadline, and by default the price is
+   the one tuned on the cluster's own history,
+   :func:`~mara_agents.planning.history.cluster_miss_cost`).  A task none of
    whose counts reaches ``p_k(n) >= confidence`` is not pursued.
 3. **Admission and counts** (a greedy knapsack on chances): starting from no nodes, the
    step that raises some task's count from ``m`` to ``n`` with the most chance gained per
@@ -114,7 +116,11 @@ class Hedge(Scheduler):
     shipped file), ``"history"``: the same, on the tasks of the workload the episode runs
     alone, or a deadline-prior JSON file, for every episode.  ``confidence``,
     ``flow_spread``, ``quantiles``, ``urgency``, ``miss_cost``: see
-    :class:`~mara_agents.planning.hedge_rule.HedgeParams` (None: its default).
+    :class:`~mara_agents.planning.hedge_rule.HedgeParams` (None: its default), except that
+    ``miss_cost`` is by default ``"history"``, the price tuned on the cluster's own
+    history (:func:`~mara_agents.planning.history.cluster_miss_cost`, per episode's
+    cluster settings; with ``predictor=exact`` a chance is 0 or 1 and the price never
+    acts, so it is 1 there).
     """
 
     name = "hedge"
@@ -127,9 +133,11 @@ class Hedge(Scheduler):
         quantiles: int | None = None,
         prior: str | None = None,
         urgency: float | None = None,
-        miss_cost: float | None = None,
+        miss_cost: float | str | None = None,
     ) -> None:
         check_predictor("hedge", predictor, PREDICTORS)
+        if miss_cost is None and predictor != EXACT:
+            miss_cost = HISTORY
         given = {
             "confidence": confidence,
             "flow_spread": flow_spread,
@@ -167,6 +175,7 @@ class Hedge(Scheduler):
         # the predictions of each prior planned on so far, by its record (they share the
         # flow model's cache)
         self._by_prior: dict[str | None, Predictions] = {}
+        self.knobs = self.params  # the knobs on this episode's cluster (miss_cost resolved)
 
     def _make_predictions(self) -> Predictions:
         if self.predictor == EXACT:
@@ -186,6 +195,10 @@ class Hedge(Scheduler):
 
     def reset(self, sim: ClusterSim, rng: np.random.Generator) -> None:
         super().reset(sim, rng)
+        if self.params.miss_cost == HISTORY:
+            from mara_agents.planning.history import cluster_miss_cost
+
+            self.knobs = self.params.on_cluster(cluster_miss_cost(sim.config))
         key = None
         if "deadline" in self.predictor and not self._fixed:
             from mara_agents.planning.history import cluster_prior
@@ -220,6 +233,6 @@ class Hedge(Scheduler):
             wl.rate[order],
             wl.alpha[order],
             sim.config.num_nodes,
-            self.params,
+            self.knobs,
         )
         return counts, plan

@@ -146,7 +146,7 @@ class Lookahead(Scheduler):
                     wl.rate[order],
                     wl.alpha[order],
                     sim.config.num_nodes,
-                    self.hedge.params,
+                    self.hedge.knobs,
                 )
                 for cand in others
             ]
@@ -158,7 +158,7 @@ class Lookahead(Scheduler):
             unknown,
             sim.config.num_nodes,
             float(sim.config.reassign_cost),
-            self.hedge.params,
+            self.hedge.knobs,
             self.params,
         )
         best = np.zeros(len(sim.status), np.int64)

@@ -9,16 +9,20 @@ hedge reads the same call on the visible ones as its ``pred_share``
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 
+from flow_predictor.deadline_prior import HISTORY
 from mara_env.schedulers import spread, ticks_needed
 
 # The largest quantile count: a chance resolved to 1/4096; the planner's arrays grow with it
 # (tasks x quantiles x nodes).
 MAX_QUANTILES = 4096
 MAX_FLOW_SPREAD = 100.0
+# HISTORY, ``miss_cost``'s value that means "the price tuned on the cluster's own history"
+# (:func:`mara_agents.planning.history.cluster_miss_cost`), is resolved per cluster; it is
+# the word ``prior=`` uses for the cluster's history too.
 
 
 @dataclass(frozen=True)
@@ -31,8 +35,9 @@ class HedgeParams:
     quantiles: int = 256  # flow+deadline, deadline: evenly spaced quantiles the chances read
     urgency: float = 0.0  # a step's value: chance now less this times the chance after a wait
     # node-ticks a sample that misses the deadline is charged: this share of the time left
-    # (1: its nodes held to the deadline)
-    miss_cost: float = 1.0
+    # (1: its nodes held to the deadline; HISTORY: tuned on the cluster's history, resolved
+    # per cluster with :meth:`on_cluster`)
+    miss_cost: float | str = 1.0
 
     def to_dict(self) -> dict[str, float | int]:
         """Plain values (for a teacher's spec); ``urgency`` and ``miss_cost`` only when they
@@ -44,6 +49,11 @@ class HedgeParams:
             del values["miss_cost"]
         return values
 
+    def on_cluster(self, miss_cost: float) -> HedgeParams:
+        """These knobs with ``miss_cost`` where they say :data:`HISTORY` (the price tuned
+        on the cluster's history), else unchanged."""
+        return replace(self, miss_cost=miss_cost) if self.miss_cost == HISTORY else self
+
     def __post_init__(self) -> None:
         checks = {
             "confidence": (lambda v: 0 < v <= 1, "a probability in (0, 1]"),
@@ -52,7 +62,10 @@ class HedgeParams:
                 f"a factor in (0, {MAX_FLOW_SPREAD:g}]",
             ),
             "urgency": (lambda v: 0 <= v <= 1, "a weight in [0, 1]"),
-            "miss_cost": (lambda v: 0 <= v <= 1, "a share of the time left in [0, 1]"),
+            "miss_cost": (
+                lambda v: 0 <= v <= 1,
+                f"a share of the time left in [0, 1], or {HISTORY!r}",
+            ),
             "quantiles": (
                 lambda v: 1 <= v <= MAX_QUANTILES and float(v).is_integer(),
                 f"a whole number in [1, {MAX_QUANTILES}]",
@@ -60,13 +73,16 @@ class HedgeParams:
         }
         for key, (ok, what) in checks.items():
             value = getattr(self, key)
+            if key == "miss_cost" and value == HISTORY:
+                continue
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not ok(value):
                 raise ValueError(f"hedge: {key}={value!r}; expected {what}")
         object.__setattr__(self, "confidence", float(self.confidence))
         object.__setattr__(self, "flow_spread", float(self.flow_spread))
         object.__setattr__(self, "quantiles", int(self.quantiles))
         object.__setattr__(self, "urgency", float(self.urgency))
-        object.__setattr__(self, "miss_cost", float(self.miss_cost))
+        if self.miss_cost != HISTORY:
+            object.__setattr__(self, "miss_cost", float(self.miss_cost))
 
 
 DEFAULTS = HedgeParams()
@@ -186,6 +202,11 @@ def plan_counts(
     the others are planned on ``num_nodes`` less theirs
     (:func:`hedge_plan`), and the nodes no kept task can use go to exploring tasks, then to
     the others, up to their caps."""
+    if params.miss_cost == HISTORY:
+        raise ValueError(
+            f"hedge: miss_cost={HISTORY!r} is a price per cluster; plan with "
+            "params.on_cluster(cluster_miss_cost(config))"
+        )
     k = len(cap)
     cap = np.asarray(cap, np.int64)
     share = max(1, num_nodes // max(k, 1))

@@ -13,7 +13,17 @@ deadline-prior`` writes); :func:`cluster_prior` gives the prior of a cluster's h
 read from a shipped file where one was fitted on exactly that history (the shipped files
 are fits of the default settings), else fitted once per process (2-3 s).  ``hedge`` plans
 on it by default, and a learned policy acts with it on a cluster whose history settings
-are not those it was trained under.  Numpy only.
+are not those it was trained under.
+
+The same history prices a miss (``hedge``'s ``miss_cost``, the node-ticks a sample that
+misses its deadline is charged, as a share of the time left): :func:`tune_miss_cost` plays
+``hedge`` with each of :data:`MISS_COSTS` on the history's episodes, paired, and keeps the
+cheaper price only where its lead over today's rule (1) has its 95 % interval above zero;
+:func:`cluster_miss_cost` reads it from :data:`SHIPPED_CHOICES` where that file holds the
+cluster's history, else tunes it once per process (about 2 minutes on one core: 240
+episodes of ``hedge``).  How users set deadlines decides which price pays (a cluster whose
+deadlines carry the size well loses by pricing misses low), and a scheduler is not told
+that: its history is.  Numpy, except the tuning (it plays ``hedge``).
 """
 
 from __future__ import annotations
@@ -21,7 +31,9 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import logging
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -59,6 +71,13 @@ HISTORY_SPLIT = "train"
 HISTORY_JOBS = ("none", "philly")
 HISTORY_LOADS = (1.0, 1.5, 2.0)
 HISTORY_EPISODES = 40
+# The prices of a miss tuned on a history (today's rule first: the one kept unless another
+# leads it), its episodes per workload and load, and the shipped tunings.
+MISS_COSTS = (1.0, 0.1)
+TUNE_EPISODES = 20
+SHIPPED_CHOICES = Path(__file__).with_name("history_choices.json")
+
+log = logging.getLogger(__name__)
 
 
 def _plain(value: Any) -> Any:
@@ -155,3 +174,93 @@ def cluster_prior(config: ClusterConfig, own_workload: bool = False) -> Deadline
     settings = json.dumps(history_settings(config), sort_keys=True)
     jobs = (config.jobs or "none",) if own_workload else HISTORY_JOBS
     return _prior(jobs, settings)
+
+
+def _tune_record(
+    settings: dict[str, Any], episodes: int, seed: int, candidates: Sequence[float]
+) -> dict[str, Any]:
+    """What a tuning of ``miss_cost`` was done on (:func:`tune_miss_cost`'s arguments)."""
+    return {
+        **_record(settings, HISTORY_JOBS, HISTORY_SPLIT, HISTORY_LOADS, episodes, seed),
+        "candidates": [float(v) for v in candidates],
+    }
+
+
+def tune_miss_cost(
+    settings: dict[str, Any],
+    episodes: int = TUNE_EPISODES,
+    seed: int = 0,
+    candidates: Sequence[float] = MISS_COSTS,
+) -> dict[str, Any]:
+    """``hedge``'s price of a miss chosen on the history of a cluster of ``settings``: for
+    each workload of :data:`HISTORY_JOBS` and load of :data:`HISTORY_LOADS`, ``episodes``
+    train episodes (base seed ``seed``) played by ``hedge:miss_cost=m`` for each ``m`` of
+    ``candidates`` (the cluster's deadline prior and the flow model, every other knob at
+    its default), paired.  The first candidate is kept unless another one's completion
+    rate minus its, over all those episodes, has its 95 % t-interval above zero (then the
+    one with the largest lead).  Returns the record :data:`SHIPPED_CHOICES` holds:
+    ``fitted_on``, ``leads`` (per candidate after the first: the mean lead and its
+    half-width, overall and per workload and load) and ``miss_cost``."""
+    from mara_agents.baselines.hedge import Hedge
+    from mara_agents.evaluation.runner import episode_seed
+    from mara_agents.evaluation.stats import mean_ci
+    from mara_env.schedulers import run_episode
+
+    traces = load_traces(settings.get("traces"), split=HISTORY_SPLIT)
+    planners = [Hedge(miss_cost=float(m)) for m in candidates]
+    rates: dict[tuple[str, float], np.ndarray] = {}
+    for job in HISTORY_JOBS:
+        for load in HISTORY_LOADS:
+            config = ClusterConfig(
+                **settings, split=HISTORY_SPLIT, load=load, jobs=None if job == "none" else job
+            )
+            seeds = [episode_seed(seed, load, i) for i in range(episodes)]
+            rates[job, load] = np.array(
+                [
+                    [run_episode(h, config, traces, s)["completion_rate"] for s in seeds]
+                    for h in planners
+                ]
+            )
+    every = np.concatenate(list(rates.values()), axis=1)
+    leads: dict[str, Any] = {}
+    chosen, best = float(candidates[0]), 0.0
+    for c in range(1, len(candidates)):
+        mean, half = mean_ci(every[c] - every[0])
+        parts = {
+            f"{job}@{load:g}": [round(v, 4) for v in mean_ci(r[c] - r[0])]
+            for (job, load), r in rates.items()
+        }
+        leads[f"{float(candidates[c]):g}"] = {"all": [round(mean, 4), round(half, 4)], **parts}
+        if mean - half > 0 and mean > best:
+            chosen, best = float(candidates[c]), mean
+    return {
+        "fitted_on": _tune_record(settings, episodes, seed, candidates),
+        "leads": leads,
+        "miss_cost": chosen,
+    }
+
+
+def shipped_choices(path: Path = SHIPPED_CHOICES) -> list[dict[str, Any]]:
+    """The tunings shipped in ``path`` (a JSON list of :func:`tune_miss_cost` records)."""
+    return json.loads(path.read_text())
+
+
+@functools.lru_cache(maxsize=16)
+def _miss_cost(settings_json: str) -> float:
+    settings = json.loads(settings_json)
+    want = _tune_record(settings, TUNE_EPISODES, 0, MISS_COSTS)
+    for record in shipped_choices():
+        if record["fitted_on"] == want:
+            return float(record["miss_cost"])
+    log.warning(
+        "hedge: tuning miss_cost on this cluster's history (%s), once per process: about 2 minutes",
+        settings or "default settings",
+    )
+    return tune_miss_cost(settings)["miss_cost"]
+
+
+def cluster_miss_cost(config: ClusterConfig) -> float:
+    """``hedge``'s price of a miss on ``config``'s cluster, tuned on its history
+    (:func:`history_settings`): the shipped tuning where one was done on that history,
+    else :func:`tune_miss_cost` (once per process and history)."""
+    return _miss_cost(json.dumps(history_settings(config), sort_keys=True))

@@ -18,7 +18,13 @@ import numpy as np
 from flow_predictor.model import single_threaded
 from flow_predictor.remaining import FLOW_SAMPLES
 from flow_predictor.wrapper import make_predictor
-from mara_agents.policy.features import FeatureSettings, prior_fields, wrap
+from mara_agents.policy.features import (
+    FeatureSettings,
+    TeacherPlan,
+    history_fields,
+    prior_fields,
+    wrap,
+)
 from mara_agents.policy.inference import MaraPolicy, load_policy, slots_for
 from mara_agents.policy.policy_file import SHIPPED_POLICY, read_policy, trained_nodes
 from mara_env.config import ClusterConfig
@@ -90,7 +96,9 @@ class MaraAgent:
         """The policy's feature settings on ``config``'s cluster: those it was trained with
         where the cluster's history settings are those of its training env, else with the
         deadline prior of the cluster's own history
-        (:func:`~mara_agents.planning.history.cluster_prior`)."""
+        (:func:`~mara_agents.planning.history.cluster_prior`) and, where its teacher prices
+        a miss by that history, the cluster's price
+        (:func:`~mara_agents.planning.history.cluster_miss_cost`)."""
         features = self.policy.features
         if features is None or not features.deadline_prior:
             return features
@@ -102,6 +110,7 @@ class MaraAgent:
         key = json.dumps(history_settings(config), sort_keys=True)
         if key not in self._on_cluster:
             fields = prior_fields(cluster_prior(config))
+            fields.update(history_fields(TeacherPlan.from_spec(features.teacher), config))
             self._on_cluster[key] = dataclasses.replace(features, **fields)
         return self._on_cluster[key]
 

@@ -23,13 +23,14 @@ scheduler's own.  A policy file records the teacher's spec in one header line
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
 
 import numpy as np
 from pettingzoo import AECEnv
 
-from flow_predictor.deadline_prior import DeadlinePrior
+from flow_predictor.deadline_prior import HISTORY, DeadlinePrior
 from flow_predictor.remaining import FLOW_SAMPLES, RemainingWorkPredictor
 from flow_predictor.wrapper import (
     FLOW_DEADLINE,
@@ -40,7 +41,7 @@ from flow_predictor.wrapper import (
     make_predictor,
 )
 from mara_agents.planning.hedge_rule import HedgeParams, plan_counts
-from mara_agents.planning.history import cluster_prior
+from mara_agents.planning.history import cluster_miss_cost, cluster_prior
 from mara_agents.planning.share_rule import FlowShareParams, want_and_count
 from mara_env.cluster_env import env as make_aec_env
 from mara_env.config import ClusterConfig
@@ -83,6 +84,9 @@ class TeacherPlan:
             key, eq, text = p.partition("=")
             if not eq or key not in known:
                 raise ValueError(f"teacher {spec!r}: {p!r}; expected key=value, a key of {known}")
+            if name == "hedge" and key == "miss_cost" and text == HISTORY:
+                kwargs[key] = text  # the price tuned on the cluster's history
+                continue
             try:
                 kwargs[key] = _number(text)
             except ValueError:
@@ -96,7 +100,9 @@ class TeacherPlan:
     def spec(self) -> str:
         """The spec naming this plan with every knob written out (it reads back equal)."""
         knobs = self.share if self.hedge is None else self.hedge
-        return ":".join([self.name, *(f"{k}={v!r}" for k, v in knobs.to_dict().items())])
+        values = knobs.to_dict().items()
+        written = (f"{k}={v if isinstance(v, str) else repr(v)}" for k, v in values)
+        return ":".join([self.name, *written])
 
     @property
     def levels(self) -> tuple[float, ...]:
@@ -159,6 +165,9 @@ class FeatureSettings:
     samples: int = FLOW_SAMPLES
     deadline_prior: tuple[float, ...] = field(default=(), repr=False)
     deadline_windows: tuple[float, ...] = field(default=(), repr=False)
+    # what a hedge teacher's miss_cost=history is on the cluster these settings are for
+    # (:func:`~mara_agents.planning.history.cluster_miss_cost`); None for other teachers
+    miss_cost: float | None = None
     plan: TeacherPlan = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -169,6 +178,14 @@ class FeatureSettings:
                 "(its quantiles and flow_spread fuse the prior with the flow model)"
             )
         object.__setattr__(self, "teacher", plan.spec)
+        tuned = plan.hedge is not None and plan.hedge.miss_cost == HISTORY
+        if tuned != (self.miss_cost is not None):
+            raise ValueError(
+                f"teacher {plan.spec!r} with miss_cost={self.miss_cost!r}: expected the "
+                "cluster's price exactly when the teacher's miss_cost is 'history'"
+            )
+        if tuned:
+            plan = dataclasses.replace(plan, hedge=plan.hedge.on_cluster(self.miss_cost))
         object.__setattr__(self, "plan", plan)
 
     def prediction(self) -> PredictionSettings:
@@ -191,10 +208,12 @@ def feature_settings(
     wrapper: str, options: dict[str, Any] | None = None, cluster: ClusterConfig | None = None
 ) -> FeatureSettings | None:
     """The settings of ``wrapper``'s features built with ``options`` (None for ``none``):
-    ``flow`` and ``wls`` read flow_share's plan; ``flow+deadline`` hedge's, with the
-    deadline prior of ``options["deadline_prior"]`` (a file), else that of the ``cluster``'s
-    own history (:func:`~mara_agents.planning.history.cluster_prior`; default settings:
-    the shipped file), the prior hedge plans on there."""
+    ``flow`` and ``wls`` read flow_share's plan; ``flow+deadline`` hedge's (the spec of
+    ``options["teacher"]``, default :data:`HEDGE_TEACHER`), with the deadline prior of
+    ``options["deadline_prior"]`` (a file), else that of the ``cluster``'s own history
+    (:func:`~mara_agents.planning.history.cluster_prior`; default settings: the shipped
+    file), the prior hedge plans on there, and a ``miss_cost=history`` teacher's price on
+    that history (:func:`history_fields`)."""
     if wrapper == "none":
         return None
     options = options or {}
@@ -205,7 +224,21 @@ def feature_settings(
         prior = DeadlinePrior.load(options["deadline_prior"])
     else:
         prior = cluster_prior(cluster or ClusterConfig())
-    return FeatureSettings(HEDGE_TEACHER, samples, **prior_fields(prior))
+    teacher = TeacherPlan.from_spec(options.get("teacher", HEDGE_TEACHER))
+    if teacher.hedge is None:
+        raise ValueError(f"wrapper {wrapper!r}: teacher {teacher.spec!r}; expected a hedge spec")
+    return FeatureSettings(
+        teacher.spec, samples, **prior_fields(prior), **history_fields(teacher, cluster)
+    )
+
+
+def history_fields(teacher: TeacherPlan, cluster: ClusterConfig | None) -> dict[str, float]:
+    """``miss_cost``, the price a hedge ``teacher``'s ``miss_cost=history`` is on
+    ``cluster``'s history (default settings where None), for :class:`FeatureSettings`;
+    empty for other teachers."""
+    if teacher.hedge is None or teacher.hedge.miss_cost != HISTORY:
+        return {}
+    return {"miss_cost": cluster_miss_cost(cluster or ClusterConfig())}
 
 
 def prior_fields(prior: DeadlinePrior) -> dict[str, tuple[float, ...]]:

@@ -11,10 +11,11 @@ A policy file is ``torch.save`` of a plain dict (loaded with ``weights_only=True
      "teacher": "<the spec of the scheduler whose plan the features read>" | None,
      "flow_samples": <flow samples per task behind the features> | None,
      "deadline_prior": [...the deadline prior's log ratios...] | None,
-     "deadline_windows": [...its log windows, where it has them...] | None}
+     "deadline_windows": [...its log windows, where it has them...] | None,
+     "teacher_miss_cost": <the price of a miss a teacher's miss_cost=history was> | None}
 
 ``teacher`` (e.g. ``hedge:confidence=0.05:flow_spread=2.0:quantiles=256``), ``flow_samples``,
-``deadline_prior`` and ``deadline_windows`` are the
+``deadline_prior``, ``deadline_windows`` and ``teacher_miss_cost`` are the
 :class:`~mara_agents.policy.features.FeatureSettings` the policy was trained with;
 acting, its features are computed with them again (:func:`feature_settings_of`).  Files
 written before the teacher was one spec record its knobs under ``flow_share`` and
@@ -41,7 +42,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from flow_predictor.deadline_prior import DeadlinePrior
+from flow_predictor.deadline_prior import HISTORY, DeadlinePrior
 from flow_predictor.wrapper import FLOW_DEADLINE, WRAPPERS
 from mara_agents.planning.hedge_rule import HedgeParams
 from mara_agents.planning.share_rule import FlowShareParams
@@ -99,6 +100,7 @@ def save_policy(
         "flow_samples": settings.samples if wrapper in FLOW_WRAPPERS else None,
         "deadline_prior": list(prior) if prior else None,
         "deadline_windows": list(windows) if windows else None,
+        "teacher_miss_cost": None if settings is None else settings.miss_cost,
     }
     # Written beside and renamed: an interrupted export never leaves a half-written file.
     tmp = out.with_name(out.name + ".tmp")
@@ -169,7 +171,13 @@ def feature_settings_of(path: str | Path, data: dict[str, Any]) -> FeatureSettin
             f"{path}: wrapper={wrapper!r} needs the 'teacher' it was trained with (or the "
             "'hedge' knobs of files written before it); the file records neither"
         )
-    return _settings(path, teacher, samples, **prior_fields(fitted))
+    miss_cost = data.get("teacher_miss_cost")
+    if miss_cost is None and teacher.endswith(f"miss_cost={HISTORY}"):
+        raise PolicyFileError(
+            f"{path}: teacher {teacher!r} prices a miss by its cluster's history, but the "
+            "file does not record the price it was trained with ('teacher_miss_cost')"
+        )
+    return _settings(path, teacher, samples, **prior_fields(fitted), miss_cost=miss_cost)
 
 
 def _settings(
@@ -178,10 +186,11 @@ def _settings(
     samples: int,
     deadline_prior: tuple[float, ...],
     deadline_windows: tuple[float, ...],
+    miss_cost: float | None = None,
 ) -> FeatureSettings:
     """:class:`FeatureSettings` of a file's record, a defect of it a :class:`PolicyFileError`."""
     try:
-        return FeatureSettings(teacher, samples, deadline_prior, deadline_windows)
+        return FeatureSettings(teacher, samples, deadline_prior, deadline_windows, miss_cost)
     except (TypeError, ValueError) as exc:
         raise PolicyFileError(f"{path}: 'teacher' holds {teacher!r}: {exc}") from None
 

@@ -424,7 +424,18 @@ def _wrapper_rules(wrapper: str) -> dict[str, Rule]:
     }
     if wrapper == FLOW_DEADLINE:  # the deadline prior's file (default: the shipped one)
         rules["deadline_prior"] = Rule(lambda v: isinstance(v, str) and bool(v), "a file path")
+        rules["teacher"] = Rule(_hedge_spec, "a hedge teacher spec (hedge:key=value...)")
     return rules
+
+
+def _hedge_spec(value: Any) -> bool:
+    """Whether ``value`` is the spec of a hedge teacher (the plan flow+deadline reads)."""
+    from mara_agents.policy.features import TeacherPlan
+
+    try:
+        return isinstance(value, str) and TeacherPlan.from_spec(value).hedge is not None
+    except ValueError:
+        return False
 
 
 def _section(cls: type, values: Any, where: str) -> Any:

@@ -3,6 +3,8 @@ against single-task plans, whole episodes (valid, deterministic) and its spec op
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -10,7 +12,15 @@ from flow_predictor.deadline_prior import HISTORY_PRIORS, SHIPPED_PRIOR, Deadlin
 from mara_agents.baselines import ALL_SCHEDULERS
 from mara_agents.baselines.hedge import Hedge
 from mara_agents.evaluation.registry import SpecError, make_scheduler
-from mara_agents.planning.hedge_rule import MAX_QUANTILES, finish_chances, hedge_plan
+from mara_agents.planning.hedge_rule import (
+    MAX_QUANTILES,
+    HedgeParams,
+    finish_chances,
+    hedge_plan,
+    plan_counts,
+)
+from mara_agents.planning.share_rule import FlowShareParams
+from mara_agents.policy.features import TeacherPlan
 from mara_env.cluster import DONE, ClusterSim
 from mara_env.schedulers import run_episode, ticks_needed
 from tests.agents.baselines.test_rival_baselines import episode_setup, hand_built  # noqa: F401 (fixture)
@@ -175,6 +185,7 @@ def test_whole_episodes_are_valid_and_deterministic(spec, episode_setup) -> None
         ("hedge:urgency=2", "urgency=2; expected a weight in [0, 1]"),
         ("hedge:urgency=-0.5", "urgency=-0.5; expected a weight in [0, 1]"),
         ("hedge:miss_cost=1.5", "miss_cost=1.5; expected a share of the time left in [0, 1]"),
+        ("hedge:miss_cost=histroy", "miss_cost='histroy'; expected a share of the time left"),
         ("hedge:quantiles=2.5", "expected int"),
         ("hedge:predictor=flow:prior=p.json", "predictor='flow' uses none"),
         ("hedge:prior=/no/such/prior.json", "/no/such/prior.json: no such file"),
@@ -238,3 +249,37 @@ def test_default_prior_is_the_clusters_own_history(episode_setup) -> None:  # no
     assert scheduler.prior.fitted_on["jobs"] == ["none", "philly"]
     first = run_episode(make_scheduler("hedge:predictor=deadline"), blind, traces, seed=2)
     assert first == run_episode(scheduler, blind, traces, seed=2)  # same seed, same episode
+
+
+def test_by_default_a_miss_is_priced_by_the_clusters_history(episode_setup) -> None:  # noqa: F811
+    from mara_agents.planning.history import cluster_miss_cost
+
+    cfg, traces = episode_setup
+    assert make_scheduler("hedge").params.miss_cost == "history"
+    for config in (cfg, dataclasses.replace(cfg, deadline_model="unbiased")):
+        for spec, price in [
+            ("hedge", cluster_miss_cost(config)),
+            ("hedge:predictor=deadline", cluster_miss_cost(config)),
+            ("hedge:miss_cost=0.5", 0.5),
+            ("hedge:predictor=exact", 1.0),  # chances of 0 or 1: a price never acts
+        ]:
+            hedge = make_scheduler(spec)
+            sim = ClusterSim(config, traces)
+            sim.reset(np.random.default_rng(3))
+            hedge.reset(sim, np.random.default_rng([3, 1]))
+            assert hedge.knobs.miss_cost == price, spec
+    # the default users' history prices it low, the unbiased users' at today's rule
+    assert cluster_miss_cost(cfg) == 0.1
+    assert cluster_miss_cost(dataclasses.replace(cfg, deadline_model="unbiased")) == 1.0
+
+
+def test_the_rule_plans_only_on_a_resolved_price() -> None:
+    params = HedgeParams(miss_cost="history")
+    assert params.on_cluster(0.1).miss_cost == 0.1
+    assert HedgeParams(miss_cost=0.5).on_cluster(0.1).miss_cost == 0.5
+    one = np.ones(1)
+    with pytest.raises(ValueError, match="miss_cost='history' is a price per cluster"):
+        plan_counts(np.ones((1, 4)), np.zeros(1, bool), one, one, one, one, one, 2, params)
+    with_it = TeacherPlan("hedge", FlowShareParams(), params)
+    assert with_it.spec.endswith(":miss_cost=history")
+    assert TeacherPlan.from_spec(with_it.spec) == with_it

@@ -1,14 +1,22 @@
 """A cluster's own history: which settings it is drawn under, the shipped files as the fits
-of the default settings, and fits for other settings (the same on every call)."""
+of the default settings, and fits for other settings (the same on every call); the price
+of a miss tuned on it (shipped tunings read, the choice rule, an unseen cluster tuned)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
+import pytest
 
 from flow_predictor.deadline_prior import HISTORY_PRIORS, SHIPPED_PRIOR, DeadlinePrior
-from mara_agents.planning.history import cluster_prior, fit_prior, history_settings
+from mara_agents.planning.history import (
+    cluster_prior,
+    fit_prior,
+    history_settings,
+    shipped_choices,
+)
 from mara_env.config import ClusterConfig
 
 
@@ -48,3 +56,73 @@ def test_other_users_get_their_own_history() -> None:
     shipped = DeadlinePrior.load(HISTORY_PRIORS[None])
     assert np.median(prior.log_ratios) > np.median(shipped.log_ratios) + 0.4
     json.dumps(prior.fitted_on)  # a plain record, as a file stores it
+
+
+def test_the_shipped_tunings_are_read_not_played_again(monkeypatch) -> None:
+    from mara_agents.planning import history
+
+    monkeypatch.setattr(history, "tune_miss_cost", lambda *a, **k: pytest.fail("tuned again"))
+    history._miss_cost.cache_clear()
+    try:
+        # the default users pad their estimates: a miss is priced at a tenth of the time left
+        assert history.cluster_miss_cost(ClusterConfig(num_nodes=64, load=2.0)) == 0.1
+        assert history.cluster_miss_cost(ClusterConfig(deadline_model="unbiased")) == 1.0
+        assert history.cluster_miss_cost(ClusterConfig(deadline_model="blind")) == 1.0
+    finally:
+        history._miss_cost.cache_clear()
+    for record in shipped_choices():  # each choice follows the rule from its own leads
+        first, *others = record["fitted_on"]["candidates"]
+        above = {float(p): m for p, v in record["leads"].items() for m, h in [v["all"]] if m > h}
+        assert record["miss_cost"] == (max(above, key=above.get) if above else first)
+
+
+def _fake_play(lead: float, spread: float):
+    """A stand-in for an episode of ``hedge:miss_cost=m``: completion 0.5 (today's rule) or
+    0.5 + ``lead`` + noise of ``spread`` (m < 1), the same on every call for a seed."""
+
+    def play(hedge, config, traces, seed):
+        noise = np.random.default_rng([seed, int(config.load * 10)]).normal(0, spread)
+        rate = 0.5 if hedge.params.miss_cost == 1.0 else 0.5 + lead + noise
+        return {"completion_rate": rate}
+
+    return play
+
+
+def test_a_cheaper_price_is_kept_only_when_its_lead_is_resolved(monkeypatch) -> None:
+    import mara_env.schedulers
+    from mara_agents.planning.history import tune_miss_cost
+
+    monkeypatch.setattr(mara_env.schedulers, "run_episode", _fake_play(0.02, 0.001))
+    record = tune_miss_cost({}, episodes=3)
+    assert record["miss_cost"] == 0.1
+    assert record["leads"]["0.1"]["all"][0] == pytest.approx(0.02, abs=0.002)
+    assert set(record["leads"]["0.1"]) == {"all"} | {
+        f"{j}@{v:g}" for j in ("none", "philly") for v in (1.0, 1.5, 2.0)
+    }
+    monkeypatch.setattr(mara_env.schedulers, "run_episode", _fake_play(0.002, 0.05))
+    assert tune_miss_cost({}, episodes=3)["miss_cost"] == 1.0  # within noise: today's rule
+    monkeypatch.setattr(mara_env.schedulers, "run_episode", _fake_play(-0.02, 0.001))
+    assert tune_miss_cost({}, episodes=3)["miss_cost"] == 1.0
+
+
+def test_an_unseen_cluster_is_tuned_on_its_own_history_once(monkeypatch, caplog) -> None:
+    from mara_agents.planning import history
+
+    calls = []
+    real = history.tune_miss_cost
+
+    def tune(settings):
+        calls.append(settings)
+        return real(settings, episodes=1)  # real episodes of hedge, one per workload and load
+
+    monkeypatch.setattr(history, "tune_miss_cost", tune)
+    history._miss_cost.cache_clear()
+    try:
+        users = ClusterConfig(deadline_model="blind", slack_range=(1.0, 2.0))
+        price = history.cluster_miss_cost(users)
+        assert price in history.MISS_COSTS
+        assert history.cluster_miss_cost(dataclasses.replace(users, load=2.0)) == price
+    finally:
+        history._miss_cost.cache_clear()
+    assert calls == [{"deadline_model": "blind", "slack_range": [1.0, 2.0]}]
+    assert "tuning miss_cost on this cluster's history" in caplog.text

@@ -225,3 +225,37 @@ def test_a_policy_trained_among_other_users_records_their_history_prior(tmp_path
     assert data["deadline_prior"] == pytest.approx(history.log_ratios.tolist())
     agent = MaraAgent(path)  # acting among those users: what it recorded
     assert agent._features_on(ClusterConfig(**blind, num_nodes=32)) is agent.policy.features
+
+
+def test_a_teacher_that_prices_misses_by_history_records_and_follows_each_clusters_price(
+    tmp_path,
+):
+    """A ``flow+deadline`` policy whose teacher's ``miss_cost`` is ``history`` records the
+    price it was trained with (``teacher_miss_cost``), acts with it among those users and
+    with each other cluster's own price elsewhere; a file that lost it is refused."""
+    from mara_agents.planning.history import cluster_miss_cost
+    from mara_env.config import ClusterConfig
+
+    teacher = f"{HEDGE_TEACHER}:miss_cost=history"
+    with pytest.raises(ValueError, match="expected the cluster's price exactly when"):
+        FeatureSettings(teacher)
+    settings = FeatureSettings(teacher, miss_cost=0.1)
+    assert settings.teacher == teacher and settings.plan.hedge.miss_cost == 0.1
+    options = {"teacher": teacher}
+    path = save_policy(
+        load_policy().net,
+        tmp_path / "p.pt",
+        {"wrapper": "flow+deadline", "wrapper_options": options},
+    )
+    data = torch.load(path, weights_only=True)
+    assert data["teacher"] == teacher
+    assert data["teacher_miss_cost"] == cluster_miss_cost(ClusterConfig()) == 0.1
+    agent = MaraAgent(path)
+    assert agent.policy.features.plan.hedge.miss_cost == 0.1
+    unbiased = agent._features_on(ClusterConfig(deadline_model="unbiased"))
+    assert unbiased.teacher == teacher and unbiased.plan.hedge.miss_cost == 1.0
+    data.pop("teacher_miss_cost")
+    torch.save(data, path)
+    with pytest.raises(PolicyFileError, match="does not record the price it was trained with"):
+        load_policy(path)
+    assert torch.load(SHIPPED_POLICY, weights_only=True).get("teacher_miss_cost") is None

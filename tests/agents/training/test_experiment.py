@@ -366,6 +366,14 @@ def test_base_errors_name_the_file_and_key(tmp_path: Path) -> None:
         ({"wrapper": "wls", "wrapper_options": {"n_samples": 32}}, ["n_samples", "ridge"]),
         ({"wrapper": "flow", "wrapper_options": {"n_samples": "32"}}, ["n_samples='32'"]),
         ({"wrapper_options": {"n_samples": 32}}, ["wrapper_options (none)", "n_samples"]),
+        (
+            {"wrapper": "flow+deadline", "wrapper_options": {"teacher": "lara"}},
+            ["teacher='lara'", "a hedge teacher spec"],
+        ),
+        (
+            {"wrapper": "flow", "wrapper_options": {"teacher": "hedge"}},
+            ["wrapper_options (flow)", "teacher"],
+        ),
         ({"name": ".."}, ["name='..'", "run name"]),
         ({"name": "/abs"}, ["name='/abs'"]),
         ({"name": "a/b"}, ["name='a/b'"]),
