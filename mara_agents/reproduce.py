@@ -110,7 +110,8 @@ DEFAULT_JOBS_EPISODES = 20
 # rounds of each of DAGGER_RECIPES in turn, the first from the last PPO stage.
 RECIPE = Path(__file__).resolve().parents[1] / "experiments" / "mara_hedge.yaml"
 PPO_RECIPES = (RECIPE.with_name("mara_hedge_group.yaml"),)
-DAGGER_RECIPES = (RECIPE.with_name("mara_hedge_jobs.yaml"), RECIPE.with_name("mara_plan_gap.yaml"))
+DAGGER_STAGES = ("mara_hedge_jobs", "mara_plan_gap", "mara_miss_cost")
+DAGGER_RECIPES = tuple(RECIPE.with_name(f"{name}.yaml") for name in DAGGER_STAGES)
 # Beside each PPO stage's run: the SHA-256 of the weights the stage started from.
 ORIGIN = "init_weights.sha256"
 

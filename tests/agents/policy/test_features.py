@@ -4,6 +4,7 @@ scheduler's plan, read from the teacher spec, after the predictor wrapper's pred
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 
 from flow_predictor.checkpoint import load_predictor
@@ -11,7 +12,7 @@ from flow_predictor.remaining import FLOW_SAMPLES
 from flow_predictor.wls import WLSPredictor
 from flow_predictor.wrapper import FLOW_DEADLINE, PREDICTION_FEATURES, PredictorFeatures
 from mara_agents.planning.share_rule import confident_nodes
-from mara_agents.policy.features import ADDED_FEATURES, feature_settings
+from mara_agents.policy.features import ADDED_FEATURES, HEDGE_TEACHER, feature_settings
 from mara_env.cluster_env import CAP_SCALE, SLOT_FEATURES, env
 from tests.conftest import WRAPPED_SMALL, play_until_reports, wrapped
 
@@ -95,15 +96,21 @@ def test_share_features_let_a_node_realise_flow_share_exactly():
     assert steps > 100 and moved > 0  # some node left its task for another
 
 
-def test_flow_deadline_features_fuse_the_prior_and_share_is_the_hedge_plan():
+@pytest.mark.parametrize(
+    "teacher, spec",
+    [(None, "hedge:miss_cost=1"), (f"{HEDGE_TEACHER}:miss_cost=history", "hedge")],
+    ids=["the default teacher", "a miss priced by history"],
+)
+def test_flow_deadline_features_fuse_the_prior_and_share_is_the_hedge_plan(teacher, spec):
     """The ``flow+deadline`` wrapper: every slot is predicted from arrival on (the deadline
     prior needs no report), and with every active task visible ``pred_share`` is the
-    ``hedge`` scheduler's count exactly (the clone's teacher and the feature agree)."""
-    from mara_agents.baselines.hedge import Hedge
+    count of the ``hedge`` scheduler its teacher spec names, exactly (the clone's teacher
+    and the feature agree)."""
+    from mara_agents.evaluation.registry import make_scheduler
     from mara_env.schedulers import SchedulerAgent
 
     k = SMALL["num_nodes"] * 2
-    settings = feature_settings(FLOW_DEADLINE)
+    settings = feature_settings(FLOW_DEADLINE, None if teacher is None else {"teacher": teacher})
     assert settings.plan.hedge is not None and len(settings.deadline_prior) > 100
     e = PredictorFeatures(
         env(**{**SMALL, "num_slots": k, "load": 1.5, "horizon": 40}),
@@ -111,7 +118,7 @@ def test_flow_deadline_features_fuse_the_prior_and_share_is_the_hedge_plan():
         settings.prediction(),
         settings.plan,
     )
-    teacher = Hedge()
+    teacher = make_scheduler(spec)
     col = {n: B + i for i, n in enumerate(ADDED_FEATURES)}
     checked = 0
     for obs, sim, visible in round_starts(e, SchedulerAgent(teacher), seed=4):

@@ -272,14 +272,14 @@ def test_a_policy_of_another_scorer_width_is_evaluated_through_the_harness(tmp_p
     assert (rates[f"mara={path}"] == rates["uniform"]).all()  # the same episodes
 
 
-# (completed, expired, reassignments, wasted node-ticks) of the shipped policy (mara_v15)
+# (completed, expired, reassignments, wasted node-ticks) of the shipped policy (mara_v16)
 # on val episodes 0-2 of `mara evaluate` at loads 1 and 2 (N = 16), as it decided when it
 # was shipped. A decision can flip on another CPU where the flow features round
 # differently in the last bit (see tests/predictor/test_flow_compiled.py): completions and expiries
 # are pinned exactly, the counts of moves within 3 %.
 SHIPPED_EPISODES = {
-    1.0: [(46, 4, 221, 251), (46, 4, 259, 312), (46, 7, 276, 394)],
-    2.0: [(77, 24, 322, 739), (87, 19, 341, 652), (79, 22, 355, 829)],
+    1.0: [(46, 4, 219, 249), (45, 5, 240, 317), (46, 7, 260, 376)],
+    2.0: [(75, 26, 304, 930), (88, 18, 334, 721), (83, 18, 324, 778)],
 }
 
 

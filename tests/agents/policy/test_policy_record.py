@@ -43,9 +43,11 @@ def test_the_shipped_policy_records_what_it_was_trained_with_and_loads_silently(
         policy = load_policy()
     digest = hashlib.sha256(SHIPPED_CHECKPOINT.read_bytes()).hexdigest()
     assert policy.meta["predictor_sha256"] == digest
-    # MARA reads the plan the `hedge` baseline makes, named by one spec
-    assert policy.features.teacher == HEDGE_TEACHER
+    # MARA reads the plan the `hedge` baseline makes by default, named by one spec: a miss
+    # priced by the cluster's history, the default users' price recorded
+    assert policy.features.teacher == f"{HEDGE_TEACHER}:miss_cost=history"
     assert HEDGE_TEACHER == "hedge:confidence=0.05:flow_spread=2.0:quantiles=256"
+    assert policy.features.miss_cost == policy.features.plan.hedge.miss_cost == 0.1
 
 
 def test_the_package_ships_one_policy_file():
@@ -57,10 +59,15 @@ def test_an_old_header_reads_as_the_teacher_spec_it_meant(tmp_path):
     under their own keys: each reads as one spec, and a knob that no spec can hold is a
     one-line error naming the file.  The old file is the shipped policy with its header
     written in that form (hedge's retired knobs at their inert values, as mara_v14, the
-    shipped policy before the key, recorded it): it acts with the shipped teacher."""
-    assert torch.load(SHIPPED_POLICY, weights_only=True)["teacher"] == HEDGE_TEACHER
+    shipped policy before the key, recorded it): it acts with the teacher it meant."""
     hedge = {"confidence": 0.05, "explore": 0, "tail": 0.0, "flow_spread": 2.0, "quantiles": 256}
-    old = shipped_with(tmp_path, teacher=None, flow_share=DEFAULTS.to_dict(), hedge=hedge)
+    old = shipped_with(
+        tmp_path,
+        teacher=None,
+        teacher_miss_cost=None,
+        flow_share=DEFAULTS.to_dict(),
+        hedge=hedge,
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # the old keys name the teacher: nothing is missing
         assert load_policy(old).features.teacher == HEDGE_TEACHER
@@ -122,7 +129,9 @@ def test_the_recorded_settings_are_the_ones_acted_with(tmp_path):
     from mara_env.cluster_env import env
 
     teacher = "hedge:confidence=0.1:flow_spread=2.0:quantiles=128"
-    path = shipped_with(tmp_path, flow_samples=64, wrapper_options={}, teacher=teacher)
+    path = shipped_with(
+        tmp_path, flow_samples=64, wrapper_options={}, teacher=teacher, teacher_miss_cost=None
+    )
     agent = MaraAgent(path)
     features = agent.policy.features
     assert (features.teacher, features.samples) == (teacher, 64)
@@ -258,4 +267,3 @@ def test_a_teacher_that_prices_misses_by_history_records_and_follows_each_cluste
     torch.save(data, path)
     with pytest.raises(PolicyFileError, match="does not record the price it was trained with"):
         load_policy(path)
-    assert torch.load(SHIPPED_POLICY, weights_only=True).get("teacher_miss_cost") is None
