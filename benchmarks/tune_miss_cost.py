@@ -20,15 +20,22 @@ import json
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
-from mara_agents.planning.history import SHIPPED_CHOICES, shipped_choices, tune_miss_cost
-from mara_env.config import load_cluster_file
+from mara_agents.planning.history import (
+    SHIPPED_CHOICES,
+    history_settings,
+    shipped_choices,
+    tune_miss_cost,
+)
+from mara_env.config import ClusterConfig, load_cluster_file
 
 
 def _settings(name: str) -> dict[str, Any]:
+    """The history settings of cluster file ``name`` (``default``: none), as
+    :func:`~mara_agents.planning.history.cluster_miss_cost` looks them up: a key at its
+    default or one that picks an episode is left out, so the record written is read."""
     if name == "default":
         return {}
-    flags = {"split": "--split", "load": "--loads", "jobs": "--jobs"}
-    return load_cluster_file(name, flags)
+    return history_settings(ClusterConfig.from_dict(load_cluster_file(name)))
 
 
 def _line(name: str, record: dict[str, Any]) -> str:
