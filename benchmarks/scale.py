@@ -36,8 +36,8 @@ from dataclasses import replace
 
 from tqdm import tqdm
 
-from flow_predictor.wrapper import make_predictor, wrap
 from mara_agents.evaluation.runner import build, episode_seed, run_agent_episode
+from mara_agents.policy.features import policy_predictor, wrap
 from mara_env.cluster_env import play_random, raw_env
 from mara_env.config import ClusterConfig
 from mara_env.schedulers import Scheduler, run_episode
@@ -101,7 +101,7 @@ def main() -> None:
     traces = load_traces(base.traces, split=base.split)
     agent = build("mara=")
     policy = agent.policy
-    run = runners(agent, make_predictor(policy.wrapper, policy.meta.get("wrapper_options")))
+    run = runners(agent, policy_predictor(policy.wrapper, policy.meta.get("wrapper_options")))
     # warm-up: lazy imports, the flow model, caches
     small = replace(base, num_nodes=4, num_slots=agent.slots_for(4), horizon=10)
     for f in run.values():

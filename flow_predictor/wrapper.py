@@ -403,17 +403,15 @@ def _place(
 # ablation); the same layout but for none.
 FLOW_DEADLINE = "flow+deadline"
 WRAPPERS = ("none", "flow", FLOW_DEADLINE, "wls")
-# wrapper options of the features built on the predictions, not of the flow model: the
-# deadline prior's file and the spec of the teacher whose plan they read
-FEATURE_OPTIONS = ("deadline_prior", "teacher")
 
 
 def make_predictor(
     wrapper: str, options: dict[str, Any] | None = None, samples: int = FLOW_SAMPLES
 ) -> RemainingWorkPredictor | None:
     """The predictor behind ``wrapper``'s features (None for ``none``): build it once and
-    pass it to every :class:`PredictorFeatures` that needs it (a flow model loads a checkpoint);
-    a flow model draws ``samples`` per task unless ``options`` name ``n_samples``."""
+    pass it to every :class:`PredictorFeatures` that needs it (a flow model loads a checkpoint).
+    ``options``: the predictor's own keyword arguments; a flow model draws ``samples`` per
+    task unless they name ``n_samples``."""
     if wrapper not in WRAPPERS:
         raise ConfigError(f"wrapper={wrapper!r}: expected one of {list(WRAPPERS)}")
     if wrapper == "none":
@@ -422,8 +420,7 @@ def make_predictor(
         # Imported here: the flow model (torch) is only needed when asked for.
         from flow_predictor.checkpoint import load_predictor
 
-        flow_options = {k: v for k, v in (options or {}).items() if k not in FEATURE_OPTIONS}
-        return load_predictor(**{"n_samples": samples, **flow_options})
+        return load_predictor(**{"n_samples": samples, **(options or {})})
     return WLSPredictor(**(options or {}))
 
 

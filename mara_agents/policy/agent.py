@@ -17,11 +17,11 @@ import numpy as np
 
 from flow_predictor.model import single_threaded
 from flow_predictor.remaining import FLOW_SAMPLES
-from flow_predictor.wrapper import make_predictor
 from mara_agents.policy.features import (
     FeatureSettings,
     TeacherPlan,
     history_fields,
+    policy_predictor,
     prior_fields,
     wrap,
 )
@@ -59,7 +59,7 @@ class MaraAgent:
         self._trained = self.policy  # the trained slot count; reset acts with the env's
         features = self.policy.features
         samples = FLOW_SAMPLES if features is None else features.samples
-        self._predictor = make_predictor(self.policy.wrapper, self._wrapper_options, samples)
+        self._predictor = policy_predictor(self.policy.wrapper, self._wrapper_options, samples)
         self._rounds: Any = None
         self._index: dict[str, int] = {}
         self._actions: list[int] = []

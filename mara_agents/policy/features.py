@@ -47,6 +47,9 @@ from mara_env.cluster_env import env as make_aec_env
 from mara_env.config import ClusterConfig
 
 PLAN_FEATURES = ("pred_nodes_needed", "pred_share")
+# wrapper options the features read, not the predictor: the deadline prior's file and the
+# spec of the teacher whose plan they read
+FEATURE_OPTIONS = ("deadline_prior", "teacher")
 # what a wrapped env adds to each slot row after the env's own features
 ADDED_FEATURES = PREDICTION_FEATURES + PLAN_FEATURES
 # the schedulers whose plan a policy can read, and their knobs
@@ -251,6 +254,16 @@ def prior_fields(prior: DeadlinePrior) -> dict[str, tuple[float, ...]]:
     }
 
 
+def policy_predictor(
+    wrapper: str, options: dict[str, Any] | None = None, samples: int = FLOW_SAMPLES
+) -> RemainingWorkPredictor | None:
+    """The predictor behind a policy's ``wrapper`` features (None for ``none``):
+    :func:`~flow_predictor.wrapper.make_predictor` with the wrapper options that are the
+    predictor's own (all but :data:`FEATURE_OPTIONS`)."""
+    own = {k: v for k, v in (options or {}).items() if k not in FEATURE_OPTIONS}
+    return make_predictor(wrapper, own, samples)
+
+
 def wrap(
     env: AECEnv,
     wrapper: str,
@@ -259,13 +272,13 @@ def wrap(
     settings: FeatureSettings | None = None,
 ) -> AECEnv:
     """``env`` with a policy's features per slot: ``flow`` (shipped model), ``flow+deadline``,
-    ``wls``, or ``none``; ``predictor``: the one
-    :func:`~flow_predictor.wrapper.make_predictor` built for them (else built now);
+    ``wls``, or ``none``; ``predictor``: the one :func:`policy_predictor` built for them
+    (else built now);
     ``settings``: those of the features (default: :func:`feature_settings` of the options
     on ``env``'s cluster)."""
     settings = settings or feature_settings(wrapper, options, env.unwrapped.engine.config)
     if predictor is None and settings is not None:
-        predictor = make_predictor(wrapper, options, settings.samples)
+        predictor = policy_predictor(wrapper, options, settings.samples)
     if predictor is None or settings is None:
         return env
     return PredictorFeatures(env, predictor, settings.prediction(), settings.plan)
@@ -275,8 +288,8 @@ def make_wrapped_env(
     env_config: dict[str, Any], predictor: RemainingWorkPredictor | None = None
 ) -> AECEnv:
     """The AEC env for ``{"cluster": {...}, "wrapper": ..., "wrapper_options": {...}}``
-    (``predictor``: the one :func:`~flow_predictor.wrapper.make_predictor` built for its
-    wrapper, else built now)."""
+    (``predictor``: the one :func:`policy_predictor` built for its wrapper, else built
+    now)."""
     cluster = ClusterConfig.from_dict(dict(env_config.get("cluster", {})))
     return wrap(
         make_aec_env(config=cluster),

@@ -31,8 +31,8 @@ from gymnasium.vector.utils import concatenate, iterate
 from ray.rllib.env.wrappers.pettingzoo_env import PettingZooEnv
 from ray.tune.registry import register_env
 
-from flow_predictor.wrapper import features_together, make_predictor
-from mara_agents.policy.features import make_wrapped_env
+from flow_predictor.wrapper import features_together
+from mara_agents.policy.features import make_wrapped_env, policy_predictor
 from mara_env import ENV_ID
 from mara_env.round_env import MixedRoundEnv, RoundEnv
 
@@ -76,7 +76,7 @@ def round_env_creator(env_config: dict[str, Any]) -> RoundEnv | MixedRoundEnv | 
     num_envs = config.pop("num_envs", None)
     if num_envs is None:
         return _round_env(config, None)
-    predictor = make_predictor(config.get("wrapper", "none"), config.get("wrapper_options"))
+    predictor = policy_predictor(config.get("wrapper", "none"), config.get("wrapper_options"))
     return RoundVectorEnv([_round_env(dict(config), predictor) for _ in range(int(num_envs))])
 
 
