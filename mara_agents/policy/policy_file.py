@@ -172,12 +172,22 @@ def feature_settings_of(path: str | Path, data: dict[str, Any]) -> FeatureSettin
             "'hedge' knobs of files written before it); the file records neither"
         )
     miss_cost = data.get("teacher_miss_cost")
-    if miss_cost is None and teacher.endswith(f"miss_cost={HISTORY}"):
+    if miss_cost is None and _prices_by_history(teacher):
         raise PolicyFileError(
             f"{path}: teacher {teacher!r} prices a miss by its cluster's history, but the "
             "file does not record the price it was trained with ('teacher_miss_cost')"
         )
     return _settings(path, teacher, samples, **prior_fields(fitted), miss_cost=miss_cost)
+
+
+def _prices_by_history(teacher: str) -> bool:
+    """Whether ``teacher`` is a hedge spec whose ``miss_cost`` is ``history`` (a spec that
+    does not parse: False, :func:`_settings` names its defect)."""
+    try:
+        plan = TeacherPlan.from_spec(teacher)
+    except ValueError:
+        return False
+    return plan.hedge is not None and plan.hedge.miss_cost == HISTORY
 
 
 def _settings(

@@ -267,3 +267,8 @@ def test_a_teacher_that_prices_misses_by_history_records_and_follows_each_cluste
     torch.save(data, path)
     with pytest.raises(PolicyFileError, match="does not record the price it was trained with"):
         load_policy(path)
+    # the same when the spec names its price before other knobs
+    data["teacher"] = "hedge:miss_cost=history:confidence=0.05"
+    torch.save(data, path)
+    with pytest.raises(PolicyFileError, match="does not record the price it was trained with"):
+        load_policy(path)
