@@ -108,6 +108,12 @@ class TeacherPlan:
         return ":".join([self.name, *written])
 
     @property
+    def prices_by_history(self) -> bool:
+        """Whether this is a hedge plan whose ``miss_cost`` is the cluster's history's
+        (resolved per cluster, :meth:`HedgeParams.on_cluster`)."""
+        return self.hedge is not None and self.hedge.miss_cost == HISTORY
+
+    @property
     def levels(self) -> tuple[float, ...]:
         """The quantile levels the share rule reads: its want's and its triage's."""
         return (self.share.quantile, self.share.drop)
@@ -181,7 +187,7 @@ class FeatureSettings:
                 "(its quantiles and flow_spread fuse the prior with the flow model)"
             )
         object.__setattr__(self, "teacher", plan.spec)
-        tuned = plan.hedge is not None and plan.hedge.miss_cost == HISTORY
+        tuned = plan.prices_by_history
         if tuned != (self.miss_cost is not None):
             raise ValueError(
                 f"teacher {plan.spec!r} with miss_cost={self.miss_cost!r}: expected the "
@@ -239,7 +245,7 @@ def history_fields(teacher: TeacherPlan, cluster: ClusterConfig | None) -> dict[
     """``miss_cost``, the price a hedge ``teacher``'s ``miss_cost=history`` is on
     ``cluster``'s history (default settings where None), for :class:`FeatureSettings`;
     empty for other teachers."""
-    if teacher.hedge is None or teacher.hedge.miss_cost != HISTORY:
+    if not teacher.prices_by_history:
         return {}
     return {"miss_cost": cluster_miss_cost(cluster or ClusterConfig())}
 

@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from flow_predictor.deadline_prior import HISTORY, DeadlinePrior
+from flow_predictor.deadline_prior import DeadlinePrior
 from flow_predictor.wrapper import FLOW_DEADLINE, WRAPPERS
 from mara_agents.planning.hedge_rule import HedgeParams
 from mara_agents.planning.share_rule import FlowShareParams
@@ -184,10 +184,9 @@ def _prices_by_history(teacher: str) -> bool:
     """Whether ``teacher`` is a hedge spec whose ``miss_cost`` is ``history`` (a spec that
     does not parse: False, :func:`_settings` names its defect)."""
     try:
-        plan = TeacherPlan.from_spec(teacher)
+        return TeacherPlan.from_spec(teacher).prices_by_history
     except ValueError:
         return False
-    return plan.hedge is not None and plan.hedge.miss_cost == HISTORY
 
 
 def _settings(
