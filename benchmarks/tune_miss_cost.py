@@ -9,22 +9,21 @@ split, both shipped workloads, loads 1 / 1.5 / 2, 20 episodes each, paired) and 
 each price's lead over today's rule (1) per workload and load, with 95 % t-intervals, and
 the price kept.  The clusters run side by side, one process each.  ``--write`` replaces
 those clusters' records in ``mara_agents/planning/history_choices.json``, the tunings
-``hedge`` reads instead of tuning again (about 2 minutes a cluster on one core).  The
+``hedge`` reads instead of tuning again (about 3 minutes a cluster on one core).  The
 validation and test splits are never touched.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
 from mara_agents.planning.history import (
     SHIPPED_CHOICES,
     history_settings,
-    shipped_choices,
     tune_miss_cost,
+    write_choices,
 )
 from mara_env.config import ClusterConfig, load_cluster_file
 
@@ -69,12 +68,7 @@ def main() -> None:
     for name, record in zip(names, records):
         print(_line(name, record))
     if args.write:
-        kept = [
-            r
-            for r in (shipped_choices() if SHIPPED_CHOICES.exists() else [])
-            if all(r["fitted_on"] != new["fitted_on"] for new in records)
-        ]
-        SHIPPED_CHOICES.write_text(json.dumps(kept + records, indent=1) + "\n")
+        write_choices(records)
         print(f"wrote {SHIPPED_CHOICES}")
 
 

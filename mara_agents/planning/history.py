@@ -20,7 +20,7 @@ misses its deadline is charged, as a share of the time left): :func:`tune_miss_c
 ``hedge`` with each of :data:`MISS_COSTS` on the history's episodes, paired, and keeps the
 cheaper price only where its lead over today's rule (1) has its 95 % interval above zero;
 :func:`cluster_miss_cost` reads it from :data:`SHIPPED_CHOICES` where that file holds the
-cluster's history, else tunes it once per process (about 2 minutes on one core: 240
+cluster's history, else tunes it once per process (about 3 minutes on one core: 360
 episodes of ``hedge``).  How users set deadlines decides which price pays (a cluster whose
 deadlines carry the size well loses by pricing misses low), and a scheduler is not told
 that: its history is.  Numpy, except the tuning (it plays ``hedge``).
@@ -73,7 +73,7 @@ HISTORY_LOADS = (1.0, 1.5, 2.0)
 HISTORY_EPISODES = 40
 # The prices of a miss tuned on a history (today's rule first: the one kept unless another
 # leads it), its episodes per workload and load, and the shipped tunings.
-MISS_COSTS = (1.0, 0.1)
+MISS_COSTS = (1.0, 0.1, 0.0)
 TUNE_EPISODES = 20
 SHIPPED_CHOICES = Path(__file__).with_name("history_choices.json")
 
@@ -245,6 +245,19 @@ def shipped_choices(path: Path = SHIPPED_CHOICES) -> list[dict[str, Any]]:
     return json.loads(path.read_text())
 
 
+def write_choices(records: Sequence[dict[str, Any]], path: Path = SHIPPED_CHOICES) -> None:
+    """Write :func:`tune_miss_cost` ``records`` to ``path``, each replacing every record
+    there of the same history settings (whatever its candidates, episodes or seed: a
+    superseded tuning is never left behind to be read)."""
+    new = [_plain(r["fitted_on"]["cluster"]) for r in records]
+    kept = [
+        r
+        for r in (shipped_choices(path) if path.exists() else [])
+        if _plain(r["fitted_on"]["cluster"]) not in new
+    ]
+    path.write_text(json.dumps(kept + list(records), indent=1) + "\n")
+
+
 @functools.lru_cache(maxsize=16)
 def _miss_cost(settings_json: str) -> float:
     settings = json.loads(settings_json)
@@ -253,7 +266,7 @@ def _miss_cost(settings_json: str) -> float:
         if record["fitted_on"] == want:
             return float(record["miss_cost"])
     log.warning(
-        "hedge: tuning miss_cost on this cluster's history (%s), once per process: about 2 minutes",
+        "hedge: tuning miss_cost on this cluster's history (%s), once per process: about 3 minutes",
         settings or "default settings",
     )
     return tune_miss_cost(settings)["miss_cost"]

@@ -76,33 +76,58 @@ def test_the_shipped_tunings_are_read_not_played_again(monkeypatch) -> None:
         assert record["miss_cost"] == (max(above, key=above.get) if above else first)
 
 
-def _fake_play(lead: float, spread: float):
+def _fake_play(lead: float, spread: float, free_lead: float | None = None):
     """A stand-in for an episode of ``hedge:miss_cost=m``: completion 0.5 (today's rule) or
-    0.5 + ``lead`` + noise of ``spread`` (m < 1), the same on every call for a seed."""
+    0.5 + ``lead`` + noise of ``spread`` (m < 1; ``free_lead`` instead where m is 0, when
+    given), the same on every call for a seed."""
 
     def play(hedge, config, traces, seed):
         noise = np.random.default_rng([seed, int(config.load * 10)]).normal(0, spread)
-        rate = 0.5 if hedge.params.miss_cost == 1.0 else 0.5 + lead + noise
-        return {"completion_rate": rate}
+        price = hedge.params.miss_cost
+        if price == 1.0:
+            return {"completion_rate": 0.5}
+        gain = free_lead if price == 0.0 and free_lead is not None else lead
+        return {"completion_rate": 0.5 + gain + noise}
 
     return play
 
 
 def test_a_cheaper_price_is_kept_only_when_its_lead_is_resolved(monkeypatch) -> None:
     import mara_env.schedulers
-    from mara_agents.planning.history import tune_miss_cost
+    from mara_agents.planning.history import MISS_COSTS, tune_miss_cost
 
-    monkeypatch.setattr(mara_env.schedulers, "run_episode", _fake_play(0.02, 0.001))
+    assert MISS_COSTS == (1.0, 0.1, 0.0)  # today's rule first, then the cheaper prices
+    monkeypatch.setattr(mara_env.schedulers, "run_episode", _fake_play(0.02, 0.001, 0.01))
     record = tune_miss_cost({}, episodes=3)
     assert record["miss_cost"] == 0.1
     assert record["leads"]["0.1"]["all"][0] == pytest.approx(0.02, abs=0.002)
+    assert record["leads"]["0"]["all"][0] == pytest.approx(0.01, abs=0.002)
     assert set(record["leads"]["0.1"]) == {"all"} | {
         f"{j}@{v:g}" for j in ("none", "philly") for v in (1.0, 1.5, 2.0)
     }
+    # the largest resolved lead wins, whichever candidate it is
+    monkeypatch.setattr(mara_env.schedulers, "run_episode", _fake_play(0.01, 0.001, 0.03))
+    assert tune_miss_cost({}, episodes=3)["miss_cost"] == 0.0
     monkeypatch.setattr(mara_env.schedulers, "run_episode", _fake_play(0.002, 0.05))
     assert tune_miss_cost({}, episodes=3)["miss_cost"] == 1.0  # within noise: today's rule
     monkeypatch.setattr(mara_env.schedulers, "run_episode", _fake_play(-0.02, 0.001))
     assert tune_miss_cost({}, episodes=3)["miss_cost"] == 1.0
+
+
+def test_a_written_tuning_replaces_every_record_of_its_history(tmp_path) -> None:
+    from mara_agents.planning.history import shipped_choices, write_choices
+
+    def record(cluster, candidates, price):
+        fitted = {"episodes": 20, "seed": 0, "cluster": cluster, "candidates": candidates}
+        return {"fitted_on": fitted, "leads": {}, "miss_cost": price}
+
+    path = tmp_path / "choices.json"
+    old = [record({}, [1.0, 0.1], 0.1), record({"deadline_model": "blind"}, [1.0, 0.1], 1.0)]
+    write_choices(old, path)
+    assert shipped_choices(path) == old
+    new = record({}, [1.0, 0.1, 0.0], 0.0)  # the same history tuned over more prices
+    write_choices([new], path)
+    assert shipped_choices(path) == [old[1], new]  # the stale default record is gone
 
 
 def test_an_unseen_cluster_is_tuned_on_its_own_history_once(monkeypatch, caplog) -> None:
