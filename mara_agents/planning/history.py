@@ -248,13 +248,10 @@ def shipped_choices(path: Path = SHIPPED_CHOICES) -> list[dict[str, Any]]:
 def write_choices(records: Sequence[dict[str, Any]], path: Path = SHIPPED_CHOICES) -> None:
     """Write :func:`tune_miss_cost` ``records`` to ``path``, each replacing every record
     there of the same history settings (whatever its candidates, episodes or seed: a
-    superseded tuning is never left behind to be read)."""
-    new = [_plain(r["fitted_on"]["cluster"]) for r in records]
-    kept = [
-        r
-        for r in (shipped_choices(path) if path.exists() else [])
-        if _plain(r["fitted_on"]["cluster"]) not in new
-    ]
+    superseded tuning, which the reader no longer matches, is not left behind)."""
+    new = [r["fitted_on"]["cluster"] for r in records]
+    old = shipped_choices(path) if path.exists() else []
+    kept = [r for r in old if r["fitted_on"]["cluster"] not in new]
     path.write_text(json.dumps(kept + list(records), indent=1) + "\n")
 
 
