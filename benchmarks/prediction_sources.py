@@ -3,11 +3,14 @@
 How to run:   python benchmarks/prediction_sources.py [--split test] [--deadline-model padded]
                   [--episodes 6] [--loads 1.0,2.0] [--seed 0] [--csv PATH [--force]]
 Plays the harness's episodes (base seed ``--seed``, 16 nodes, the split's traces, deadlines
-drawn by ``--deadline-model``) with the ``hedge`` scheduler and, at every tick, asks three
-sources for every active task's remaining-work samples, so that each source's cache
-refreshes as ``hedge``'s does: the flow model alone (as ``hedge:predictor=flow`` reads it),
-the deadline prior alone (``flow_predictor.deadline_prior``, the shipped one, fitted on the
-train split), and the two fused (what ``hedge`` and the ``flow+deadline`` wrapper read).
+drawn by ``--deadline-model``) with the ``hedge`` scheduler and, at every tick, asks each
+source for every active task's remaining-work samples, so that each source's cache
+refreshes as ``hedge``'s does: the flow model alone (``hedge:predictor=flow``), the
+deadline prior of the cluster's history alone (``predictor=deadline``), the two fused
+(``predictor=flow+deadline``, what the ``flow+deadline`` wrapper reads), the calibrated
+remaining-work model without the flow model's inputs (``predictor=task-no-flow``) and with
+them (``predictor=task``; :mod:`flow_predictor.task_work`).  ``fused`` names the source
+``hedge`` reads by default (:data:`~mara_agents.baselines.hedge.DEFAULT_PREDICTOR`).
 
 A task counts once at each report count in :data:`REPORTS`: at the first tick it is active
 with exactly that many loss reports (0 is its arrival, before any report).  A task that
@@ -16,8 +19,9 @@ there; nor is a task whose trace never reaches its target (no finite truth).  Ag
 counted task's exact remaining work it prints, per family and for all families together,
 per source and report count: the share of tasks with a prediction, the median
 |log(median / truth)| among them (a median of "never" counts as an infinite error), the
-share of truths inside the 10-90 % interval (0.8 when calibrated), and n.  ``--csv`` writes
-the same rows.
+shares of truths inside the 10-90 % and 25-75 % intervals (0.8 and 0.5 when calibrated),
+the mean CRPS of log remaining work (sharpness and calibration in one number; lower is
+better), and n.  ``--csv`` writes the same rows.
 Results to expect: docs/predictor.md ("How well each source knows the work").
 """
 
@@ -30,13 +34,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from flow_predictor.checkpoint import load_predictor
-from flow_predictor.deadline_prior import DeadlineInformed, DeadlinePrior
-from flow_predictor.remaining import FLOW_SAMPLES, PredictionCache
-from mara_agents.baselines.hedge import Hedge
+from mara_agents.baselines.hedge import DEFAULT_PREDICTOR, Hedge
 from mara_agents.evaluation.runner import episode_seed
 from mara_agents.outputs import OutputError, claim_file
-from mara_agents.planning.share_rule import DEFAULTS as SHARE
 from mara_env.atomic import atomic_write
 from mara_env.cluster import ClusterSim
 from mara_env.config import DEADLINE_MODELS, SPLITS, ClusterConfig
@@ -44,24 +44,42 @@ from mara_env.schedulers import edf_order
 from mara_env.traces import load_traces
 
 REPORTS = (0, 1, 3, 10)
-SOURCES = ("flow", "deadline", "fused")
-COLUMNS = ("family", "source", "reports", "predicted", "log_error", "coverage", "n")
+SOURCES = ("flow", "deadline", "flow+deadline", "task-no-flow", "task")
+COLUMNS = (
+    "family",
+    "source",
+    "reports",
+    "predicted",
+    "log_error",
+    "coverage",
+    "coverage50",
+    "crps",
+    "n",
+)
+# log remaining work of "never" (inf) samples, for the CRPS
+_LOG_NEVER = 50.0
 
 
-def make_sources() -> dict[str, Any]:
-    """The three sources by name, each with its own cache, over one flow model."""
-    prior = DeadlinePrior.load()
-    model = load_predictor(n_samples=FLOW_SAMPLES)
-    return {
-        "flow": PredictionCache(model, SHARE.refresh),
-        "deadline": DeadlineInformed(prior, None, FLOW_SAMPLES),
-        "fused": DeadlineInformed(
-            prior,
-            PredictionCache(model, SHARE.refresh),
-            FLOW_SAMPLES,
-            Hedge().params.flow_spread,
-        ),
-    }
+def make_sources(config: ClusterConfig) -> dict[str, Any]:
+    """Every source by name (each ``hedge:predictor=NAME``'s predictions, with its own
+    cache over one flow model), on ``config``'s cluster history; ``fused``: the one hedge
+    reads by default, under that name."""
+    sources = {}
+    for name in SOURCES:
+        hedge = Hedge(predictor=name, miss_cost=1.0)  # (the price never reaches a prediction)
+        hedge.reset(ClusterSim(config, load_traces(split=config.split)), np.random.default_rng(0))
+        sources["fused" if name == DEFAULT_PREDICTOR else name] = hedge._predictions
+    return sources
+
+
+def crps(samples: np.ndarray, truth: np.ndarray) -> np.ndarray:
+    """Per row, the CRPS of log remaining work: samples read as the distribution's evenly
+    spaced quantiles (sorted here), truth one value per row."""
+    x = np.sort(np.log(np.clip(samples, 1e-300, None)).clip(None, _LOG_NEVER), axis=1)
+    n = x.shape[1]
+    y = np.log(truth)[:, None]
+    weights = (2 * np.arange(n) - n + 1) / n**2
+    return np.abs(x - y).mean(axis=1) - (x * weights).sum(axis=1)
 
 
 def measure(
@@ -90,19 +108,34 @@ def measure(
         known = ~(rw.fallback[counted] | np.isnan(samples).any(axis=1))
         s = np.where(known[:, None], samples, 1.0)
         # "never" (inf) read as the largest float: quantiles among them stay huge, not nan
-        q10, q50, q90 = np.quantile(np.minimum(s, 1e300), [0.1, 0.5, 0.9], axis=1)
+        q10, q25, q50, q75, q90 = np.quantile(
+            np.minimum(s, 1e300), [0.1, 0.25, 0.5, 0.75, 0.9], axis=1
+        )
         with np.errstate(divide="ignore"):  # a median of 0: an infinite error
             error = np.abs(np.log(q50 / truth))
         inside = (q10 <= truth) & (truth <= q90)
-        rows.extend(zip(families, [name] * len(counted), reports[counted], known, error, inside))
+        inside50 = (q25 <= truth) & (truth <= q75)
+        rows.extend(
+            zip(
+                families,
+                [name] * len(counted),
+                reports[counted],
+                known,
+                error,
+                inside,
+                inside50,
+                crps(s, truth),
+            )
+        )
 
 
 def play(args: argparse.Namespace) -> pd.DataFrame:
     """The rows of :func:`measure` over the episodes ``args`` names, played with hedge."""
     traces = load_traces(split=args.split)
-    sources, rows = make_sources(), []
+    rows: list[tuple] = []
     for load in args.loads:
         config = ClusterConfig(split=args.split, load=load, deadline_model=args.deadline_model)
+        sources = make_sources(config)
         for i in range(args.episodes):
             seed = episode_seed(args.seed, load, i)
             sim, hedge = ClusterSim(config, traces), Hedge()
@@ -114,7 +147,10 @@ def play(args: argparse.Namespace) -> pd.DataFrame:
             while not sim.done:
                 measure(sim, sources, seen, rows)
                 sim.tick(hedge.assign(sim))
-    return pd.DataFrame(rows, columns=["family", "source", "reports", "known", "error", "inside"])
+    return pd.DataFrame(
+        rows,
+        columns=["family", "source", "reports", "known", "error", "inside", "inside50", "crps"],
+    )
 
 
 def summarise(rows: pd.DataFrame) -> pd.DataFrame:
@@ -122,14 +158,18 @@ def summarise(rows: pd.DataFrame) -> pd.DataFrame:
     rows = pd.concat([rows, rows.assign(family="all")], ignore_index=True)
     # error and coverage among the tasks with a prediction (NaN elsewhere: left out)
     rows["error"] = rows["error"].where(rows["known"])
-    rows["inside"] = rows["inside"].astype(float).where(rows["known"])
+    for column in ("inside", "inside50", "crps"):
+        rows[column] = rows[column].astype(float).where(rows["known"])
     families = [*sorted(set(rows["family"]) - {"all"}), "all"]
     rows["family"] = pd.Categorical(rows["family"], families, ordered=True)
-    rows["source"] = pd.Categorical(rows["source"], SOURCES, ordered=True)
+    names = ["fused" if v == DEFAULT_PREDICTOR else v for v in SOURCES]
+    rows["source"] = pd.Categorical(rows["source"], names, ordered=True)
     table = rows.groupby(["family", "source", "reports"], observed=True).agg(
         predicted=("known", "mean"),
         log_error=("error", "median"),
         coverage=("inside", "mean"),
+        coverage50=("inside50", "mean"),
+        crps=("crps", "mean"),
         n=("known", "size"),
     )
     return table.reset_index()[list(COLUMNS)]
@@ -140,13 +180,13 @@ def show(table: pd.DataFrame) -> None:
     for family, part in table.groupby("family", observed=True):
         print(f"\n{family}")
         print(
-            f"{'source':9s} {'reports':>7s} {'predicted':>9s} {'|log err|':>9s} "
-            f"{'in 10-90%':>9s} {'n':>6s}"
+            f"{'source':13s} {'reports':>7s} {'predicted':>9s} {'|log err|':>9s} "
+            f"{'in 10-90%':>9s} {'in 25-75%':>9s} {'CRPS':>6s} {'n':>6s}"
         )
         for r in part.itertuples():
             line = (
-                f"{r.source:9s} {r.reports:7d} {r.predicted:9.2f} {r.log_error:9.2f} "
-                f"{r.coverage:9.2f} {r.n:6d}"
+                f"{r.source:13s} {r.reports:7d} {r.predicted:9.2f} {r.log_error:9.2f} "
+                f"{r.coverage:9.2f} {r.coverage50:9.2f} {r.crps:6.3f} {r.n:6d}"
             )
             print(line.replace("nan", "  -"))  # no prediction at that count
 

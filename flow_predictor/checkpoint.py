@@ -66,8 +66,10 @@ def save_checkpoint(
     os.replace(tmp, path)
 
 
-def read_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
-    """Load and check a checkpoint's header; raises :class:`CheckpointError`."""
+def load_blob(path: str | os.PathLike, what: str, writer: str) -> Any:
+    """``torch.load`` of a checkpoint file of kind ``what`` (tensors and plain values only);
+    raises :class:`CheckpointError` naming the file, the cause and ``writer``, the command
+    that writes such a file."""
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"{path}: no such checkpoint file")
@@ -75,15 +77,21 @@ def read_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
         # torch warns about foreign pickles on the way to failing: the error says it all
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            blob = torch.load(path, map_location="cpu", weights_only=True)
+            return torch.load(path, map_location="cpu", weights_only=True)
     # Arbitrary bytes make torch.load fail in many ways (UnpicklingError with a page of
     # advice, RuntimeError from the zip reader, ...): each means the same thing here.
     except Exception as exc:
         raise CheckpointError(
-            f"{path}: not a flow-predictor checkpoint (torch.load failed with "
+            f"{path}: not a {what} checkpoint (torch.load failed with "
             f"{type(exc).__name__}: truncated, or another kind of file?); expected a file "
-            "written by `mara predictor train`"
+            f"written by `{writer}`"
         ) from None
+
+
+def read_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
+    """Load and check a checkpoint's header; raises :class:`CheckpointError`."""
+    path = Path(path)
+    blob = load_blob(path, "flow-predictor", "mara predictor train")
     if not isinstance(blob, dict) or blob.get("format") != FORMAT:
         raise CheckpointError(
             f"{path}: not a flow-predictor checkpoint (expected a dict with format={FORMAT!r})"

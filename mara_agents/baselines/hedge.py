@@ -76,8 +76,14 @@ from mara_env.cluster import ClusterSim
 from mara_env.schedulers import Scheduler, edf_order
 
 # What ``predictor=`` may name: the flow model, what deadlines say about work (alone, or
-# fused with the flow model), or each task's exact remaining work.
-PREDICTORS = ("flow+deadline", "flow", "deadline", EXACT)
+# fused with the flow model), the calibrated remaining-work model that reads every input
+# (``task``; ``task-no-flow``: the same pipeline without the flow model), or each task's
+# exact remaining work.
+PREDICTORS = ("flow+deadline", "flow", "deadline", "task", "task-no-flow", EXACT)
+DEFAULT_PREDICTOR = "flow+deadline"
+# which of them read the deadline prior of the cluster's history, and which the flow model
+READS_PRIOR = frozenset({"flow+deadline", "deadline", "task", "task-no-flow"})
+READS_FLOW = frozenset({"flow+deadline", "flow", "task"})
 
 
 class ExactRemaining:
@@ -127,7 +133,7 @@ class Hedge(Scheduler):
 
     def __init__(
         self,
-        predictor: str = "flow+deadline",
+        predictor: str = DEFAULT_PREDICTOR,
         confidence: float | None = None,
         flow_spread: float | None = None,
         quantiles: int | None = None,
@@ -146,7 +152,7 @@ class Hedge(Scheduler):
             "miss_cost": miss_cost,
         }
         self.params = HedgeParams(**{k: v for k, v in given.items() if v is not None})
-        if "flow" in predictor:
+        if predictor in READS_FLOW or predictor.startswith("task"):
             from mara_agents.extras import require
 
             require("predictor")  # checked here, in the parent, not in a worker
@@ -156,7 +162,7 @@ class Hedge(Scheduler):
         # worker); the cluster's history is read or fitted per episode (its settings)
         self._own_workload = prior == HISTORY
         self._fixed = prior is not None and not self._own_workload
-        if "deadline" in predictor:
+        if predictor in READS_PRIOR:
             from flow_predictor.deadline_prior import DeadlinePrior
             from mara_agents.planning.history import cluster_prior
             from mara_env.config import ClusterConfig
@@ -180,13 +186,23 @@ class Hedge(Scheduler):
     def _make_predictions(self) -> Predictions:
         if self.predictor == EXACT:
             return ExactRemaining()
-        if "flow" in self.predictor and self._flow is None:
+        if self.predictor in READS_FLOW and self._flow is None:
             from flow_predictor.checkpoint import load_predictor
             from flow_predictor.remaining import FLOW_SAMPLES, REFRESH
 
             self._flow = PredictionCache(load_predictor(n_samples=FLOW_SAMPLES), REFRESH)
         if self.prior is None:
             return self._flow
+        if self.predictor.startswith("task"):
+            from flow_predictor.task_work import (
+                SHIPPED_TASK_WORK,
+                SHIPPED_TASK_WORK_NO_FLOW,
+                TaskWork,
+                TaskWorkModel,
+            )
+
+            path = SHIPPED_TASK_WORK if self.predictor == "task" else SHIPPED_TASK_WORK_NO_FLOW
+            return TaskWork(TaskWorkModel.load(path), self.prior, self._flow, self.params.quantiles)
         from flow_predictor.deadline_prior import DeadlineInformed
 
         return DeadlineInformed(
@@ -200,7 +216,7 @@ class Hedge(Scheduler):
 
             self.knobs = self.params.on_cluster(cluster_miss_cost(sim.config))
         key = None
-        if "deadline" in self.predictor and not self._fixed:
+        if self.predictor in READS_PRIOR and not self._fixed:
             from mara_agents.planning.history import cluster_prior
 
             self.prior = cluster_prior(sim.config, self._own_workload)

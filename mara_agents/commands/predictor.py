@@ -11,6 +11,8 @@ family: MAE, CRPS, 50 % and 80 % interval coverage) and ``predictor_error.png``.
 ``mara predictor lofo`` trains without each family in turn and scores on it.
 ``mara predictor deadline-prior`` fits what deadlines say about work
 (:mod:`flow_predictor.deadline_prior`) on a split's tasks and writes it as JSON.
+``mara predictor task-work`` fits the calibrated remaining-work model
+(:mod:`flow_predictor.task_work`; :mod:`mara_agents.commands.task_work`).
 """
 
 from __future__ import annotations
@@ -105,6 +107,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "load and jobs",
     )
     dp.set_defaults(_run=run_deadline_prior)
+
+    from mara_agents.commands.task_work import add_parser
+
+    add_parser(sub, fmt)
 
 
 def _training_options(t: argparse.ArgumentParser, out_help: str) -> None:
