@@ -7,8 +7,8 @@ from the third report, and extrapolating a curve to its crossing of the target i
 ill-conditioned near a flat part.  This model reads *everything a scheduler knows* about a
 task (:data:`FEATURES`):
 
-* what the user allowed: the window ``d - a``, the time left, and the work the window would
-  do at the reference allocation (``scale``, :func:`~flow_predictor.deadline_prior.deadline_scale`);
+* what the user allowed: the window ``d - a`` and the work it would do at the reference
+  allocation (``scale``, :func:`~flow_predictor.deadline_prior.deadline_scale`);
 * the task: its family, parallelism cap, speed-up exponent and throughput, its loss before
   training and its target (the target's depth below the first loss);
 * its reports so far: how many, the work done, how far its loss has come towards the
@@ -17,6 +17,10 @@ task (:data:`FEATURES`):
   (its conditional quantiles of remaining work, given the work done);
 * the flow model's samples (from the third report on, refreshed as the reports grow by
   :data:`~flow_predictor.remaining.REFRESH`): their quartiles and their share of "never".
+
+Not the time left: the work a task needs does not depend on how it was scheduled, and a
+feature of the schedule would carry the choices of the scheduler that played the fitting
+episodes into the distribution (and make it move from tick to tick with no new report).
 
 A monotone quantile network (:mod:`flow_predictor.quantile_net`) maps them to
 :data:`LEVELS` quantiles of ``log(remaining / scale)``, fitted by pinball loss on the
@@ -35,6 +39,7 @@ one forward of every active task per tick).
 
 from __future__ import annotations
 
+import bisect
 import os
 from pathlib import Path
 from typing import Any
@@ -64,7 +69,6 @@ PRIOR_LEVELS = (0.1, 0.25, 0.5, 0.75, 0.9)
 FLOW_LEVELS = (0.25, 0.5, 0.75)
 FEATURES = (
     "log_window",
-    "log_time_left",
     "log_scale",
     "log_done",
     "log_throughput",
@@ -73,6 +77,8 @@ FEATURES = (
     "depth",
     "progress",
     "progress_best",
+    "progress_half",
+    "progress_quarter",
     "slope",
     "slope_known",
     "slope_extrapolation",
@@ -106,7 +112,6 @@ def task_features(
     wl, n = sim.workload, len(tasks)
     scale = np.maximum(deadline_scale(wl, sim.config, tasks), 1e-9)
     window = (wl.deadline[tasks] - wl.arrival[tasks]).astype(np.float64)
-    left = (wl.deadline[tasks] - sim.t).astype(np.float64)
     done = np.asarray(sim.work, np.float64)[tasks]
     n_ref = reference_nodes(wl, sim.config, tasks).astype(np.float64)
     alpha = wl.alpha[tasks]
@@ -118,6 +123,15 @@ def task_features(
     best = np.array([min(sim.hist_loss[k], default=np.inf) for k in tasks.tolist()])
     progress_best = log_loss0 - np.log(np.maximum(np.minimum(best, sim.loss0[tasks]), LOSS_FLOOR))
     reports = np.array([len(sim.hist_work[k]) for k in tasks], np.float64)
+    # how far the loss had come at half and a quarter of the work done: the curve's bend
+    # (0 without a report that early)
+    earlier = np.zeros((n, 2))
+    for i, k in enumerate(tasks.tolist()):
+        works = sim.hist_work[k]
+        for j, share in enumerate((0.5, 0.25)):
+            at = bisect.bisect_right(works, share * done[i]) - 1
+            if at >= 0:
+                earlier[i, j] = log_loss0[i] - np.log(max(sim.hist_loss[k][at], LOSS_FLOOR))
     # the power law through the last reports, followed to the target: log of the work it
     # leaves, in units of scale (a rough extrapolation the network weighs with the rest)
     slope = sim.slope[tasks]
@@ -145,7 +159,6 @@ def task_features(
     x = np.column_stack(
         [
             np.log(np.maximum(window, 0.5)),
-            np.log(np.maximum(left, 0.5)),
             np.log(scale),
             np.log(done / scale + 1e-3),
             np.log(wl.rate[tasks] * n_ref**alpha),
@@ -154,6 +167,7 @@ def task_features(
             depth,
             np.clip(progress, -1.0, 2.0),
             np.clip(progress_best / depth, -1.0, 2.0),
+            np.clip(earlier / depth[:, None], -1.0, 2.0),
             slope,
             falling & (done > 0),
             extrapolation,

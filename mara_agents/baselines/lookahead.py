@@ -63,7 +63,7 @@ from mara_env.schedulers import Scheduler, edf_order
 
 # hedge's predictors that speak for every task from its arrival on (a rollout samples
 # them), and exact work (a reference: every world is the true one)
-PREDICTORS = ("flow+deadline", "deadline", EXACT)
+PREDICTORS = ("flow+deadline", "deadline", "task", "task-no-flow", EXACT)
 ARRIVALS = ("none", "seen")
 # ticks of recent arrivals whose rate the rollouts' arrivals follow
 RATE_WINDOW = 24

@@ -148,6 +148,8 @@ def test_exact_twin_meets_every_task_a_single_task_plan_meets() -> None:
         "hedge:predictor=deadline:urgency=1",
         "hedge:predictor=deadline:prior=history:urgency=1",
         "hedge:miss_cost=0.1",
+        "hedge:predictor=task",
+        "hedge:predictor=task-no-flow:urgency=1",
     ],
 )
 def test_whole_episodes_are_valid_and_deterministic(spec, episode_setup) -> None:  # noqa: F811
