@@ -40,6 +40,25 @@ def current_grids() -> dict[str, list]:
     }
 
 
+def to_cpu(value: Any) -> Any:
+    """``value`` with every tensor in it (in dicts, lists and tuples) on the CPU; a value
+    holding only CPU tensors is itself (a CPU run saves what it always saved)."""
+    if isinstance(value, torch.Tensor):
+        return value.cpu()
+    if isinstance(value, dict):
+        items = {k: to_cpu(v) for k, v in value.items()}
+        if all(items[k] is v for k, v in value.items()):
+            return value
+        moved = type(value)(items)
+        if hasattr(value, "_metadata"):  # a state_dict's module versions
+            moved._metadata = value._metadata
+        return moved
+    if isinstance(value, (list, tuple)):
+        parts = [to_cpu(v) for v in value]
+        return value if all(a is b for a, b in zip(parts, value)) else type(value)(parts)
+    return value
+
+
 def save_checkpoint(
     path: str | os.PathLike,
     net: VelocityNet,
@@ -47,7 +66,9 @@ def save_checkpoint(
     train: dict[str, Any] | None = None,
     spread: float = 1.0,
 ) -> None:
-    """Write a checkpoint atomically (a crash never leaves a half-written file)."""
+    """Write a checkpoint atomically (a crash never leaves a half-written file); its
+    tensors are on the CPU, wherever ``net`` and ``train``'s optimiser state are, so the
+    file loads anywhere."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     blob = {
@@ -56,11 +77,11 @@ def save_checkpoint(
         "grids": current_grids(),
         "norm": norm.to_dict(),
         "model_config": net.config.to_dict(),
-        "state_dict": net.state_dict(),
+        "state_dict": to_cpu(net.state_dict()),
         "calibration": {"spread": float(spread)},
     }
     if train is not None:
-        blob["train"] = train
+        blob["train"] = to_cpu(train)
     tmp = path.with_name(f".{path.name}.tmp")
     torch.save(blob, tmp)
     os.replace(tmp, path)

@@ -48,7 +48,8 @@ def linear_path(
 
 def time_embedding(t: torch.Tensor, dim: int) -> torch.Tensor:
     """Sinusoidal features of ``t`` in [0, 1], shape (B, dim)."""
-    freqs = torch.exp(torch.arange(dim // 2, dtype=t.dtype) * (math.log(1000.0) / (dim // 2)))
+    k = torch.arange(dim // 2, dtype=t.dtype, device=t.device)
+    freqs = torch.exp(k * (math.log(1000.0) / (dim // 2)))
     ang = t * freqs[None, :]
     return torch.cat([torch.sin(ang), torch.cos(ang)], dim=-1)
 
@@ -90,9 +91,14 @@ def cfm_loss(
     mask: torch.Tensor,
     generator: torch.Generator | None = None,
 ) -> torch.Tensor:
-    """Conditional flow-matching loss on linear paths; ``mask`` drops unknown target dims."""
-    x0 = torch.randn(x1.shape, generator=generator)
-    t = torch.rand((x1.shape[0], 1), generator=generator)
+    """Conditional flow-matching loss on linear paths; ``mask`` drops unknown target dims.
+
+    The noise and times are drawn on ``generator``'s device (the CPU's default generator
+    when None) and moved to ``x1``'s: one seed gives the same draws on every device.
+    """
+    where = generator.device if generator is not None else torch.device("cpu")
+    x0 = torch.randn(x1.shape, generator=generator, device=where).to(x1.device)
+    t = torch.rand((x1.shape[0], 1), generator=generator, device=where).to(x1.device)
     xt, ut = linear_path(x0, x1, t)
     err = (net(xt, t, net.encode(cond)) - ut) ** 2 * mask
     return err.sum() / mask.sum().clamp_min(1.0)

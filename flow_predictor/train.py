@@ -16,10 +16,15 @@ best epoch by validation to ``out`` with suffix ``.prior.pt``), then *fine-tuned
 (``epochs=0``: the prior-only model).  The normalisation is fitted on the data of every
 stage that runs.  ``exclude_families`` leaves families out of training and validation
 (the leave-one-family-out evaluation, :mod:`flow_predictor.lofo`).
+
+Training runs on ``device`` (default: cuda when available).  The random draws are made
+on the CPU and moved there (one seed, the same draws on every device), validation scores
+a CPU copy of the network, and checkpoints hold CPU tensors.
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import math
 import time
@@ -75,6 +80,7 @@ class TrainConfig:
     exclude_families: tuple[str, ...] = ()  # left out of train and val splits
     seed: int = 0
     max_minutes: float | None = None  # stop (and keep the checkpoints) after this long
+    device: str | None = None  # torch device to train on (None: cuda when available, else cpu)
 
     def __post_init__(self) -> None:
         counts = {
@@ -108,6 +114,37 @@ class TrainConfig:
                 f"{self.max_fraction!r}; expected 0 < min_fraction <= max_fraction < 1"
             )
         object.__setattr__(self, "exclude_families", tuple(self.exclude_families))
+        try:
+            resolve_device(self.device)
+        except ValueError as exc:
+            raise ValueError(f"train: device={self.device!r}; {exc}") from None
+
+
+def resolve_device(name: str | None) -> torch.device:
+    """The torch device ``name`` names (None: cuda when available, else cpu); ValueError
+    "expected ..." naming the devices this machine can train on when it names none."""
+    cuda = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    mps = torch.backends.mps.is_available()
+    if name is None:
+        return torch.device("cuda" if cuda else "cpu")
+    try:
+        device = torch.device(name)
+    except (RuntimeError, TypeError):  # not a device string torch knows
+        device = None
+    if device is not None and (
+        (device.type == "cpu" and device.index in (None, 0))
+        or (device.type == "cuda" and (device.index or 0) < cuda)
+        or (device.type == "mps" and mps and device.index in (None, 0))
+    ):
+        return device
+    usable = ["cpu"]
+    if cuda:
+        usable += ["cuda", "cuda:0" if cuda == 1 else f"cuda:0 ... cuda:{cuda - 1}"]
+    if mps:
+        usable.append("mps")
+    here = "" if cuda else " (this machine has no CUDA device)"
+    choices = ", ".join(usable[:-1]) + " or " + usable[-1] if len(usable) > 1 else usable[0]
+    raise ValueError(f"expected {choices}{here}")
 
 
 @dataclass(frozen=True)
@@ -188,8 +225,11 @@ def fit_normalisation(data: Dataset) -> Normalisation:
 
 
 def validate(net: VelocityNet, norm: Normalisation, inst: Any, n_samples: int) -> dict[str, float]:
-    """Flow metrics on the validation instances (averaged over targets)."""
-    rows = score(FlowPredictor(net, norm, n_samples=n_samples), inst)
+    """Flow metrics on the validation instances (averaged over targets), scored on the CPU
+    (the numpy sampler): a network on another device is copied there."""
+    on_cpu = all(p.device.type == "cpu" for p in net.parameters())
+    cpu_net = net if on_cpu else copy.deepcopy(net).cpu()
+    rows = score(FlowPredictor(cpu_net, norm, n_samples=n_samples), inst)
     net.train()
     return {
         "mae_log_ratio": float(rows["abs_log_ratio"].mean()),
@@ -248,6 +288,7 @@ class _Run:
     progress: bool
     wall: float
     started: float
+    device: torch.device
 
     def elapsed(self) -> float:
         return self.wall + time.time() - self.started
@@ -273,19 +314,19 @@ def _stage(
     opt = torch.optim.AdamW(net.parameters(), lr=lr, weight_decay=cfg.weight_decay)
     if state.get("optimizer"):
         opt.load_state_dict(state["optimizer"])
-    cond = torch.as_tensor((data.cond - norm.cond_mean) / norm.cond_std)
-    target = torch.as_tensor((data.target - norm.target_mean) / norm.target_std)
-    mask = torch.as_tensor(data.mask)
+    cond = torch.as_tensor((data.cond - norm.cond_mean) / norm.cond_std, device=run.device)
+    target = torch.as_tensor((data.target - norm.target_mean) / norm.target_std, device=run.device)
+    mask = torch.as_tensor(data.mask, device=run.device)
     n = len(cond)
     steps_per_epoch = max(1, n // cfg.batch_size)
     total_steps = steps_per_epoch * epochs
-    gen = torch.Generator().manual_seed(cfg.seed)
+    gen = torch.Generator().manual_seed(cfg.seed)  # on the CPU: the same draws on any device
     best = state.get("best", {"mae_log_ratio": float("inf")})
     tag = "" if stage == "library" else f"{stage}_"
     offset = 0 if stage == "library" else 1_000_000  # distinct draws per stage
     for epoch in range(state.get("epoch", 0), epochs):
         gen.manual_seed(cfg.seed * 1000 + epoch + offset)  # resumable: the epoch sets its draws
-        perm = torch.randperm(n, generator=gen)
+        perm = torch.randperm(n, generator=gen).to(run.device)
         bar = tqdm(
             range(steps_per_epoch),
             desc=f"{stage} epoch {epoch + 1}/{epochs}",
@@ -315,6 +356,7 @@ def _stage(
             "config": dataclasses.asdict(cfg),
             "val": metrics,
             "wall_s": run.elapsed(),
+            "device": str(run.device),
         }
         if metrics["mae_log_ratio"] < best["mae_log_ratio"]:
             best = {**metrics, "epoch": epoch + 1}
@@ -344,6 +386,7 @@ def train(cfg: TrainConfig, resume: bool = False, progress: bool = True) -> dict
         blob = read_checkpoint(last)
         state = blob["train"]
         config = {**state["config"], "epochs": cfg.epochs, "max_minutes": cfg.max_minutes}
+        config["device"] = cfg.device  # this machine's, not the one the run started on
         cfg = TrainConfig(**config)
     val_inst = make_instances(load_split(cfg, cfg.val_split))
     parts: dict[str, Dataset] = {}
@@ -358,18 +401,21 @@ def train(cfg: TrainConfig, resume: bool = False, progress: bool = True) -> dict
             mixed = build_dataset(prior_traces(cfg.synthetic, seed=cfg.seed + 1), cfg, rng)
             parts["library"] = concat([parts["library"], mixed])
     norm = fit_normalisation(concat(list(parts.values())))
+    device = resolve_device(cfg.device)
     torch.manual_seed(cfg.seed)
     fc = FlowConfig(COND_DIM, TARGET_DIM, cfg.hidden, cfg.depth, cfg.cond_hidden)
-    net = build_net(blob, last) if resume else VelocityNet(fc)
+    net = (build_net(blob, last) if resume else VelocityNet(fc)).to(device)  # CPU init
     writer = SummaryWriter(str(out.parent / "tb"))
-    run = _Run(cfg, norm, val_inst, writer, progress, state.get("wall_s", 0.0), time.time())
+    writer.add_text("device", str(device))
+    wall = state.get("wall_s", 0.0)
+    run = _Run(cfg, norm, val_inst, writer, progress, wall, time.time(), device)
     result: dict[str, Any] = {}
     if cfg.prior_curves and state.get("stage", "prior") == "prior":
         lr = cfg.prior_lr or cfg.lr
         best = _stage(run, "prior", net, parts["prior"], cfg.prior_epochs, lr, prior_out, state)
         result = {"prior_best": best}
         blob = read_checkpoint(prior_out)
-        net = build_net(blob, prior_out)  # fine-tune from the best pretrained epoch
+        net = build_net(blob, prior_out).to(device)  # fine-tune from the best pretrained epoch
         state = {}
         if not cfg.epochs or run.out_of_time():  # the pretrained model is the result
             save_checkpoint(out, net, norm, blob["train"])

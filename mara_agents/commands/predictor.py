@@ -169,9 +169,27 @@ def _training_options(t: argparse.ArgumentParser, out_help: str) -> None:
     t.add_argument("--depth", type=int, default=d.depth, help="velocity MLP hidden layers")
     t.add_argument("--seed", type=int, default=d.seed, help="seed of data draws and init")
     t.add_argument(
+        "--device",
+        default=None,
+        help="torch device to train on: cpu, cuda, cuda:N (None: cuda when available, else cpu)",
+    )
+    t.add_argument(
         "--max-minutes", type=float, default=None, help="stop after this many minutes of training"
     )
     t.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def _check_device(args: argparse.Namespace) -> None:
+    """UsageError naming ``--device`` and the devices expected unless it names one this
+    machine can train on; raised outside the command's own ``try``, so that the CLI
+    reports it as its range checks, with exit status 2."""
+    from flow_predictor.train import resolve_device
+    from mara_agents.commands import checks
+
+    try:
+        resolve_device(args.device)
+    except ValueError as exc:
+        raise checks.UsageError(f"--device {args.device}: {exc}") from None
 
 
 def _train_config(args: argparse.Namespace) -> TrainConfig:
@@ -206,6 +224,7 @@ def _train_config(args: argparse.Namespace) -> TrainConfig:
         depth=args.depth,
         seed=args.seed,
         max_minutes=args.max_minutes,
+        device=args.device,
     )
 
 
@@ -217,6 +236,7 @@ def run_train(args: argparse.Namespace) -> int:
     from mara_agents.outputs import OutputError, prepare_out_file
     from mara_env.traces import TraceError
 
+    _check_device(args)  # a usage error: exit 2
     try:
         cfg = _train_config(args)
         checks.output_file(args.out)
@@ -290,6 +310,7 @@ def run_lofo(args: argparse.Namespace) -> int:
     from mara_agents.outputs import OutputError, prepare_out
     from mara_env.traces import TraceError
 
+    _check_device(args)  # a usage error: exit 2
     try:
         cfg = _train_config(args)
         checks.check(
