@@ -67,12 +67,11 @@ def run_task_work(args: argparse.Namespace) -> int:
     """Collect the rows, fit both models, write them."""
     from contextlib import ExitStack, nullcontext
 
-    import torch
-
     from flow_predictor.checkpoint import load_predictor
     from flow_predictor.quantile_net import QuantileNetConfig
     from flow_predictor.remaining import FLOW_SAMPLES
     from flow_predictor.task_work_fit import collect, fit_model
+    from flow_predictor.train import resolve_device
     from mara_agents.baselines.hedge import Hedge
     from mara_agents.commands import checks
     from mara_agents.outputs import OutputError, claim_file
@@ -95,11 +94,10 @@ def run_task_work(args: argparse.Namespace) -> int:
         for option in ("episodes", "calibration_episodes", "every", "epochs"):
             value = getattr(args, option)
             checks.check(value >= 1, f"--{option.replace('_', '-')}", value, "an integer >= 1")
-        device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
         try:
-            torch.empty(1, device=device)
-        except (RuntimeError, AssertionError) as exc:
-            raise checks.UsageError(f"--device {device}: not usable here ({exc})") from None
+            device = str(resolve_device(args.device))
+        except ValueError as exc:
+            raise checks.UsageError(f"--device {args.device}: {exc}") from None
 
         def settings(split: str) -> list:
             out = []
