@@ -54,8 +54,8 @@ from mara_agents.policy.features import (
     prior_fields,
 )
 from mara_agents.policy.network import MaraNet, ModelConfig, ObsLayout
-from mara_env.cluster_env import NODE_FEATURES, QUEUE_FEATURES, SLOT_FEATURES
 from mara_env.config import ClusterConfig
+from mara_env.engine import NODE_FEATURES, QUEUE_FEATURES, SLOT_FEATURES
 
 FORMAT = "mara-policy"
 # 2: the env's slot rows gained nodes_pending and the wrapper's pred_share (v1 files, whose
