@@ -83,6 +83,10 @@ def run(args: argparse.Namespace) -> int:
         if args.jobs is not None:
             jobs = None if args.jobs == "none" else args.jobs
             exp = dataclasses.replace(exp, env=exp.env.replace(jobs=jobs))
+        from mara_agents.evaluation.tuning import resolve_history
+
+        # built once, here: the env runners and the teacher are handed it
+        exp = dataclasses.replace(exp, history=resolve_history(exp.env, exp.schedulers))
         if args.pretrain_only:
             from mara_agents.training.clone import pretrain
 
