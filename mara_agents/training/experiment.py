@@ -7,8 +7,9 @@ they may come from a base file)::
     name: mara                # run name: the directory OUT/<name> (letters, digits, . _ -)
     seed: 0                   # RLlib seed (env runners derive theirs from it)
     env: {...}                # ClusterConfig keys (mara_env.config.ClusterConfig)
-    wrapper: flow             # none | flow | wls: per-slot predictor features
-    wrapper_options: {...}    # keyword arguments of the predictor (FlowPredictor / WLSPredictor)
+    wrapper: flow             # none | flow | flow+deadline | wls: per-slot predictor features
+    wrapper_options: {...}    # keyword arguments of the predictor (FlowPredictor / WLSPredictor);
+                              # flow+deadline: also teacher (a hedge spec) and deadline_prior
     view: node                # node: one RLlib step per node decision (AEC env);
                               # round: one step per decision round of all nodes (RoundEnv)
     model: {...}              # ModelConfig keys (mara_agents.policy.network.ModelConfig)
