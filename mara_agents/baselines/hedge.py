@@ -150,9 +150,8 @@ class Hedge(Scheduler):
         known = [f.name for f in fields(HedgeParams)]
         unknown = sorted(set(knobs) - set(known))
         if unknown:
-            raise ValueError(
-                f"hedge: unknown parameter {unknown[0]!r}; known: predictor, prior, {', '.join(known)}"
-            )
+            names = ", ".join(["predictor", "prior", *known])
+            raise ValueError(f"hedge: unknown parameter {unknown[0]!r}; known: {names}")
         self.params = HedgeParams(**knobs)  # as given: miss_cost may name the cluster's price
         if predictor in READS_FLOW or predictor.startswith("task"):
             from mara_agents.extras import require
