@@ -11,6 +11,7 @@ needs a price the history lacks, tunes it there, once, with a progress bar.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from collections.abc import Sequence
@@ -120,6 +121,4 @@ def resolve_history(
         flush=True,
     )
     record = tune_miss_cost(json.loads(history.key), progress=progress)
-    return ClusterHistory(
-        history.key, history.jobs, history.prior, history.workload_prior, record["miss_cost"]
-    )
+    return dataclasses.replace(history, miss_cost=record["miss_cost"])

@@ -244,11 +244,11 @@ class ClusterHistory:
         tuning ``files`` (``mara history fit --out``) that hold it, else None."""
         key, jobs = history_key(config), config.jobs or "none"
         return cls(
-            key,
-            jobs,
-            _prior(HISTORY_JOBS, key),
-            _prior((jobs,), key),
-            _miss_cost(key, tuple(str(f) for f in files)),
+            key=key,
+            jobs=jobs,
+            prior=_prior(HISTORY_JOBS, key),
+            workload_prior=_prior((jobs,), key),
+            miss_cost=_miss_cost(key, tuple(str(f) for f in files)),
         )
 
     def describes(self, config: ClusterConfig) -> bool:
