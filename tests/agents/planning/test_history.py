@@ -157,6 +157,12 @@ def test_an_unseen_cluster_is_tuned_once_in_the_parent_and_read_from_its_file(
     out.write_text(json.dumps([record]))
     assert ClusterHistory.of(users).miss_cost is None
     assert ClusterHistory.of(users.replace(load=2.0), [out]).price() == record["miss_cost"]
+    # the harness's evaluate() never tunes: a spec that needs a price the history lacks is
+    # refused before any episode, naming the command
+    from mara_agents.evaluation.runner import evaluate
+
+    with pytest.raises(HistoryError, match="^hedge: .*mara history fit"):
+        evaluate(["uniform", "hedge"], [1.0], 1, config=users, workers=1, progress=False)
     # no file: the parent tunes, once, and only when a spec plans with the price
     assert tuning.resolve_history(users, ["uniform", "hedge:miss_cost=1"]).miss_cost is None
     assert len(calls) == 1
