@@ -43,12 +43,14 @@ import numpy as np
 import torch
 
 from flow_predictor.deadline_prior import DeadlinePrior
+from flow_predictor.remaining import FLOW_SAMPLES
 from flow_predictor.wrapper import FLOW_DEADLINE, WRAPPERS
 from mara_agents.planning.hedge_rule import HedgeParams
 from mara_agents.planning.history import ClusterHistory
 from mara_agents.planning.share_rule import FlowShareParams
 from mara_agents.policy.features import (
     ADDED_FEATURES,
+    SHARE_TEACHER,
     FeatureSettings,
     TeacherPlan,
     feature_settings,
@@ -130,11 +132,8 @@ def feature_settings_of(path: str | Path, data: dict[str, Any]) -> FeatureSettin
     """The :class:`~mara_agents.policy.features.FeatureSettings` a checked policy dict's
     features were computed with (None without a wrapper); a flow checkpoint other than the
     recorded one is a :class:`PolicyFileError` (its features would mean something else)."""
-    wrapper, options = data["wrapper"], dict(data.get("wrapper_options") or {})
-    if "teacher" in options:
-        options["teacher"] = recorded_teacher(options["teacher"])
-    default = feature_settings(wrapper, options)
-    if default is None:
+    wrapper, options = data["wrapper"], data.get("wrapper_options") or {}
+    if wrapper == "none":
         return None
     try:
         digest = _predictor_digest(wrapper, options)
@@ -147,7 +146,7 @@ def feature_settings_of(path: str | Path, data: dict[str, Any]) -> FeatureSettin
             f"its wrapper_options name has {digest!r}; retrain the policy, or use the "
             "predictor it was trained with"
         )
-    samples = data.get("flow_samples") or default.samples
+    samples = data.get("flow_samples") or int(options.get("n_samples", FLOW_SAMPLES))
     teacher = data.get("teacher") or teacher_of_old_header(path, data, samples)
     teacher = None if teacher is None else recorded_teacher(teacher)
     missing = [] if teacher is not None else ["teacher"]
@@ -158,11 +157,12 @@ def feature_settings_of(path: str | Path, data: dict[str, Any]) -> FeatureSettin
     if missing:
         warnings.warn(
             f"{path}: the policy file does not record its {missing} (written before they were "
-            f"recorded): its predictor features are computed with {default}",
+            f"recorded): its predictor features are computed with teacher "
+            f"{teacher or SHARE_TEACHER!r} and {samples} flow samples",
             stacklevel=3,
         )
     if wrapper != FLOW_DEADLINE:
-        return _settings(path, teacher or default.teacher, samples, (), ())
+        return _settings(path, teacher or SHARE_TEACHER, samples, (), ())
     prior, windows = data.get("deadline_prior"), data.get("deadline_windows")
     try:  # a flow+deadline policy acts with the prior it was trained with
         x = None if windows is None else np.asarray(windows, np.float64)

@@ -169,3 +169,20 @@ def test_an_unseen_cluster_is_tuned_once_in_the_parent_and_read_from_its_file(
     tuned = tuning.resolve_history(users, ["uniform", "hedge"], progress=False)
     assert tuned.miss_cost in (1.0, 0.1, 0.0) and len(calls) == 2
     assert "mara history fit" in capsys.readouterr().err
+
+
+def test_the_harness_hands_its_history_to_every_scheduler_and_agent(monkeypatch) -> None:
+    """Built once by whoever starts the run: the schedulers and the policy of an evaluation
+    read the history handed in, and none builds one of its own."""
+    from mara_agents.evaluation.runner import evaluate
+
+    config = ClusterConfig(horizon=20, split="val")
+    history = ClusterHistory.of(config)
+
+    def again(cls, *args, **kwargs):
+        pytest.fail("a cluster history was built again")
+
+    monkeypatch.setattr(ClusterHistory, "of", classmethod(again))
+    specs = ["hedge:predictor=deadline", "env=hedge:predictor=deadline:prior=workload", "mara"]
+    df = evaluate(specs, [1.0], 1, config=config, workers=1, progress=False, history=history)
+    assert len(df) == 3
