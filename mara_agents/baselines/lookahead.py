@@ -116,6 +116,11 @@ class Lookahead(Scheduler):
         self.hedge = Hedge(predictor=predictor, **hedge)
 
     @property
+    def reads_history(self) -> bool:
+        """Whether its episodes read the cluster's history (through its hedge)."""
+        return self.hedge.reads_history
+
+    @property
     def needs_price(self) -> bool:
         """Whether its hedge plans with the cluster's tuned price of a miss."""
         return self.hedge.needs_price

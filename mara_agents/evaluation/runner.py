@@ -117,12 +117,15 @@ def _history_reader(made: Agent | Scheduler) -> Any:
     return target if hasattr(target, "use_history") else None
 
 
-def needs_price(spec: str) -> bool:
-    """Whether ``spec`` plans with the cluster's tuned price of a miss (built here to ask)."""
-    if is_bound_spec(spec):
-        return False
-    reader = _history_reader(build(spec))
-    return bool(reader is not None and getattr(reader, "needs_price", False))
+def history_readers(specs: Sequence[str]) -> dict[str, Any]:
+    """Those of ``specs`` that read the cluster's history, each built here to ask, by spec
+    (their ``needs_price`` says whether they plan with its price of a miss)."""
+    readers = {}
+    for spec in specs:
+        reader = None if is_bound_spec(spec) else _history_reader(build(spec))
+        if reader is not None and reader.reads_history:
+            readers[spec] = reader
+    return readers
 
 
 def episode_seed(base_seed: int, load: float, episode: int) -> int:
@@ -205,7 +208,7 @@ def _run_on_ray(
     jobs: list[Job],
     config: ClusterConfig,
     traces: TraceSet | None,
-    history: ClusterHistory,
+    history: ClusterHistory | None,
     address: str,
     bar: Any,
 ) -> list[dict]:
@@ -281,19 +284,23 @@ def evaluate(
     file (or a finished run's ``results.csv``) holds and runs only the episodes missing.
 
     ``history``: the cluster's (:class:`~mara_agents.planning.history.ClusterHistory`),
-    built here once (``ClusterHistory.of(config)``) unless given, and handed to every
-    worker: none fits or tunes one.  A spec that plans with a price of a miss the history
-    lacks is a :class:`~mara_agents.planning.history.HistoryError` before any episode
-    (:func:`mara_agents.evaluation.tuning.resolve_history` tunes one).
+    built here once (``ClusterHistory.of(config)``) unless given, where a spec reads one,
+    and handed to every worker: none fits or tunes one.  A spec that plans with a price of
+    a miss the history lacks is a :class:`~mara_agents.planning.history.HistoryError`
+    before any episode (:func:`mara_agents.evaluation.tuning.resolve_history` tunes one).
     """
     names = list(specs)
     specs = [expand_alias(s) for s in specs]
     for spec in specs:
         check_spec(spec)
     config = config or ClusterConfig()
-    history = history or ClusterHistory.of(config)
-    if history.miss_cost is None:
-        priced = [name for name, spec in zip(names, specs) if needs_price(spec)]
+    if history is None or history.miss_cost is None:
+        readers = history_readers(specs)
+        if history is None and readers:
+            history = ClusterHistory.of(config)
+        priced = [
+            n for n, spec in zip(names, specs) if spec in readers and readers[spec].needs_price
+        ]
         if priced:
             try:
                 history.price()
@@ -344,7 +351,7 @@ def _run_in_pool(
     jobs: list[Job],
     config: ClusterConfig,
     traces: TraceSet | None,
-    history: ClusterHistory,
+    history: ClusterHistory | None,
     workers: int,
     kept: Kept,
     bar: Any,

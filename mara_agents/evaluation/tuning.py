@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from mara_agents.baselines.hedge import Hedge
-from mara_agents.evaluation.runner import episode_seed, needs_price, progress_bar
+from mara_agents.evaluation.runner import episode_seed, history_readers, progress_bar
 from mara_agents.evaluation.stats import mean_ci
 from mara_agents.planning.history import (
     HISTORY_JOBS,
@@ -104,14 +104,17 @@ def resolve_history(
     specs: Sequence[str],
     files: Sequence[str | Path] = (),
     progress: bool = True,
-) -> ClusterHistory:
+) -> ClusterHistory | None:
     """``config``'s :class:`~mara_agents.planning.history.ClusterHistory`, built here (the
-    parent) for a run of ``specs`` to hand to its workers; where one of them plans with a
-    price of a miss that no tuning (shipped, or of ``files``) holds, the price is tuned
-    here, once (:func:`tune_miss_cost`, with a progress bar), saying which command keeps
-    the tuning for later runs."""
+    parent) for a run of ``specs`` to hand to its workers (None where none of them reads
+    one); where one plans with a price of a miss that no tuning (shipped, or of ``files``)
+    holds, the price is tuned here, once (:func:`tune_miss_cost`, with a progress bar),
+    saying which command keeps the tuning for later runs."""
+    readers = history_readers(specs)
+    if not readers:
+        return None
     history = ClusterHistory.of(config, files)
-    if history.miss_cost is not None or not any(map(needs_price, specs)):
+    if history.miss_cost is not None or not any(r.needs_price for r in readers.values()):
         return history
     print(
         f"tuning hedge's price of a miss on this cluster's history {history.key} "

@@ -69,6 +69,12 @@ class MaraAgent:
         self.history: ClusterHistory | None = None
 
     @property
+    def reads_history(self) -> bool:
+        """Whether its features read the cluster's history (a deadline prior)."""
+        features = self.policy.features
+        return features is not None and bool(features.deadline_prior)
+
+    @property
     def needs_price(self) -> bool:
         """Whether its teacher's plan reads the cluster's tuned price of a miss."""
         features = self.policy.features

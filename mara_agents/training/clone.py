@@ -153,9 +153,12 @@ def collect_demonstrations(
     ``workers`` processes (default: one per core, at most one per seed) each play a run of
     consecutive seeds; the arrays are joined in seed order, so the data do not depend on
     ``workers`` (every episode is seeded on its own).  The cluster's history is built here,
-    once, where ``exp`` does not hold it, and handed to every worker.
+    once, where ``exp`` does not hold it and its teacher or features read one, and handed
+    to every worker.
     """
-    if exp.history is None:
+    from mara_agents.evaluation.runner import history_readers
+
+    if exp.history is None and history_readers(exp.schedulers):
         exp = dataclasses.replace(exp, history=ClusterHistory.of(exp.env))
     workers = min(len(seeds), workers or os.cpu_count() or 1)
     if workers <= 1:
@@ -179,7 +182,7 @@ def _collect(
     env = make_wrapped_env(config)
     layout = env_layout(env)
     # The spec was checked when the experiment was parsed.
-    teacher = SchedulerAgent(build(exp.pretrain.scheduler, config["history"]))
+    teacher = SchedulerAgent(build(exp.pretrain.scheduler, exp.history))
     consistent = exp.pretrain.dagger_labels == "consistent"
     agent = _Demonstrator(teacher, layout, policy, consistent)
     targets = []

@@ -188,7 +188,7 @@ class Experiment:
     warmup: WarmupConfig = WarmupConfig()
     path: str | None = None
     # the cluster's history, built once by whoever starts the run (``mara train``) and
-    # handed to every env runner; None: read here from ``env`` (the shipped files)
+    # handed to every env runner and teacher; None: read from ``env`` where one is read
     history: ClusterHistory | None = field(default=None, repr=False, compare=False)
 
     def env_config(self) -> dict[str, Any]:
@@ -198,8 +198,12 @@ class Experiment:
             "cluster": cluster,
             "wrapper": self.wrapper,
             "wrapper_options": self.wrapper_options,
-            "history": self.history or ClusterHistory.of(self.env),
         }
+        history = self.history
+        if history is None and self.wrapper == FLOW_DEADLINE:  # its features read one
+            history = ClusterHistory.of(self.env)
+        if history is not None:
+            config["history"] = history
         if self.train_loads:
             config["loads"] = list(self.train_loads)
         if self.train_jobs:
