@@ -186,3 +186,17 @@ def test_the_harness_hands_its_history_to_every_scheduler_and_agent(monkeypatch)
     specs = ["hedge:predictor=deadline", "env=hedge:predictor=deadline:prior=workload", "mara"]
     df = evaluate(specs, [1.0], 1, config=config, workers=1, progress=False, history=history)
     assert len(df) == 3
+
+
+def test_a_run_that_reads_no_history_builds_none(monkeypatch) -> None:
+    from mara_agents.evaluation.runner import evaluate
+    from mara_agents.evaluation.tuning import resolve_history
+
+    def built(cls, *args, **kwargs):
+        pytest.fail("a cluster history was built for specs that read none")
+
+    monkeypatch.setattr(ClusterHistory, "of", classmethod(built))
+    users = ClusterConfig(throughput_noise=0.2, horizon=20, split="val")
+    specs = ["uniform", "lara", "hedge:predictor=flow:miss_cost=1"]
+    assert resolve_history(users, specs) is None
+    assert len(evaluate(specs, [1.0], 1, config=users, workers=1, progress=False)) == 3
