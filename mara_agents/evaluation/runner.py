@@ -119,9 +119,10 @@ def _history_reader(made: Agent | Scheduler) -> Any:
 
 def history_readers(specs: Sequence[str]) -> dict[str, Any]:
     """Those of ``specs`` that read the cluster's history, each built here to ask, by spec
-    (their ``needs_price`` says whether they plan with its price of a miss)."""
+    (aliases expanded; their ``needs_price`` says whether they plan with its price of a
+    miss)."""
     readers = {}
-    for spec in specs:
+    for spec in map(expand_alias, specs):
         reader = None if is_bound_spec(spec) else _history_reader(build(spec))
         if reader is not None and reader.reads_history:
             readers[spec] = reader

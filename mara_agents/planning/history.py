@@ -211,18 +211,38 @@ def write_choices(records: Sequence[dict[str, Any]], path: Path = SHIPPED_CHOICE
     path.write_text(json.dumps(kept + list(records), indent=1) + "\n")
 
 
+class HistoryError(ValueError):
+    """A cluster's history lacks what a run needs (its price of a miss is not tuned), or a
+    history file is not one."""
+
+
+def _tunings(path: Path) -> list[dict[str, Any]]:
+    """The tuning records of a history file, each with its ``fitted_on`` and a price;
+    :class:`HistoryError` naming the file otherwise."""
+    try:
+        records = shipped_choices(path)
+        ok = isinstance(records, list) and all(
+            isinstance(r, dict) and isinstance(r.get("fitted_on"), dict) and "miss_cost" in r
+            for r in records
+        )
+    except (OSError, ValueError) as exc:
+        raise HistoryError(f"{path}: cannot be read as a history file ({exc})") from None
+    if not ok:
+        raise HistoryError(
+            f"{path}: expected a JSON list of tunings (each with fitted_on and miss_cost), as "
+            "`mara history fit --out` writes"
+        )
+    return records
+
+
 @functools.lru_cache(maxsize=16)
 def _miss_cost(key: str, files: tuple[str, ...]) -> float | None:
     want = tuning_record(json.loads(key))
     for path in (SHIPPED_CHOICES, *files):
-        for record in shipped_choices(Path(path)):
+        for record in _tunings(Path(path)):
             if record["fitted_on"] == want:
                 return float(record["miss_cost"])
     return None
-
-
-class HistoryError(ValueError):
-    """A cluster's history lacks what a run needs (its price of a miss is not tuned)."""
 
 
 @dataclass(frozen=True, eq=False)

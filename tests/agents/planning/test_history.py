@@ -157,6 +157,12 @@ def test_an_unseen_cluster_is_tuned_once_in_the_parent_and_read_from_its_file(
     out.write_text(json.dumps([record]))
     assert ClusterHistory.of(users).miss_cost is None
     assert ClusterHistory.of(users.replace(load=2.0), [out]).price() == record["miss_cost"]
+    for bad in ("not json", "{}", "[1]"):
+        (tmp_path / "bad.json").write_text(bad)
+        with pytest.raises(HistoryError, match="bad.json"):
+            ClusterHistory.of(users, [tmp_path / "bad.json"])
+    with pytest.raises(HistoryError, match="missing.json"):
+        ClusterHistory.of(users, [tmp_path / "missing.json"])
     # the harness's evaluate() never tunes: a spec that needs a price the history lacks is
     # refused before any episode, naming the command
     from mara_agents.evaluation.runner import evaluate
@@ -175,9 +181,11 @@ def test_the_harness_hands_its_history_to_every_scheduler_and_agent(monkeypatch)
     """Built once by whoever starts the run: the schedulers and the policy of an evaluation
     read the history handed in, and none builds one of its own."""
     from mara_agents.evaluation.runner import evaluate
+    from mara_agents.evaluation.tuning import resolve_history
 
     config = ClusterConfig(horizon=20, split="val")
     history = ClusterHistory.of(config)
+    assert resolve_history(config, ["mara"]).miss_cost == 0.1  # plain mara: the shipped policy
 
     def again(cls, *args, **kwargs):
         pytest.fail("a cluster history was built again")
