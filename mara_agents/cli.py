@@ -52,6 +52,7 @@ NEEDS: dict[str, str] = {
     "export": "rllib",
     "curves": "rllib",
     "live": "live",
+    "history": "predictor",
 }
 
 

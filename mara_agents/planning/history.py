@@ -43,6 +43,7 @@ from flow_predictor.deadline_prior import (
     deadline_scale,
     fit_history,
 )
+from mara_env.atomic import atomic_write
 from mara_env.config import ClusterConfig
 from mara_env.traces import load_traces
 from mara_env.workload import sample_workload
@@ -201,14 +202,14 @@ def shipped_choices(path: Path = SHIPPED_CHOICES) -> list[dict[str, Any]]:
 
 
 def write_choices(records: Sequence[dict[str, Any]], path: Path = SHIPPED_CHOICES) -> None:
-    """Write tuning ``records`` to ``path``, each replacing every record there of the same
-    history settings (whatever its candidates, episodes or seed: a superseded tuning,
+    """Write tuning ``records`` to ``path`` (atomically), each replacing every record there
+    of the same history settings (whatever its candidates, episodes or seed: a superseded tuning,
     which the reader no longer matches, is not left behind)."""
     path = Path(path)
     new = [r["fitted_on"]["cluster"] for r in records]
     old = shipped_choices(path) if path.exists() else []
     kept = [r for r in old if r["fitted_on"]["cluster"] not in new]
-    path.write_text(json.dumps(kept + list(records), indent=1) + "\n")
+    atomic_write(path, (json.dumps(kept + list(records), indent=1) + "\n").encode())
 
 
 class HistoryError(ValueError):
