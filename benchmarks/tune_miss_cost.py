@@ -3,7 +3,8 @@
 How to run:   python benchmarks/tune_miss_cost.py [--cluster CLUSTER.yaml ...] [--write]
 
 For each cluster (no ``--cluster``: the default settings; ``default`` names them among
-files), :func:`mara_agents.planning.history.tune_miss_cost` plays ``hedge`` with each
+files), :func:`mara_agents.evaluation.tuning.tune_miss_cost` (what ``mara history fit``
+runs for one cluster) plays ``hedge`` with each
 price of :data:`~mara_agents.planning.history.MISS_COSTS` on the cluster's history (train
 split, both shipped workloads, loads 1 / 1.5 / 2, 20 episodes each, paired) and prints
 each price's lead over today's rule (1) per workload and load, with 95 % t-intervals, and
@@ -19,30 +20,19 @@ import argparse
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
-from mara_agents.planning.history import (
-    SHIPPED_CHOICES,
-    history_settings,
-    tune_miss_cost,
-    write_choices,
-)
+from mara_agents.commands.history import lead_lines
+from mara_agents.evaluation.tuning import tune_miss_cost
+from mara_agents.planning.history import SHIPPED_CHOICES, history_settings, write_choices
 from mara_env.config import ClusterConfig, load_cluster_file
 
 
 def _settings(name: str) -> dict[str, Any]:
     """The history settings of cluster file ``name`` (``default``: none), as
-    :func:`~mara_agents.planning.history.cluster_miss_cost` looks them up: a key at its
+    :meth:`~mara_agents.planning.history.ClusterHistory.of` looks them up: a key at its
     default or one that picks an episode is left out, so the record written is read."""
     if name == "default":
         return {}
     return history_settings(ClusterConfig.from_dict(load_cluster_file(name)))
-
-
-def _line(name: str, record: dict[str, Any]) -> str:
-    rows = [f"{name}: miss_cost {record['miss_cost']:g}"]
-    for price, leads in record["leads"].items():
-        parts = ", ".join(f"{k} {100 * m:+.1f} ± {100 * h:.1f}" for k, (m, h) in leads.items())
-        rows.append(f"  miss_cost {price} minus 1 (points): {parts}")
-    return "\n".join(rows)
 
 
 def main() -> None:
@@ -66,7 +56,7 @@ def main() -> None:
     with ProcessPoolExecutor(max_workers=len(names)) as pool:
         records = list(pool.map(tune_miss_cost, settings))
     for name, record in zip(names, records):
-        print(_line(name, record))
+        print(lead_lines(name, record))
     if args.write:
         write_choices(records)
         print(f"wrote {SHIPPED_CHOICES}")

@@ -51,7 +51,7 @@ from mara_agents.evaluation.references import (
     reference_episodes,
 )
 from mara_env import marl
-from mara_env.cluster_env import _NODE, _SLOT, NODE_FEATURES, SLOT_FEATURES
+from mara_env.engine import _NODE, _SLOT, NODE_FEATURES, SLOT_FEATURES
 from mara_env.schedulers import spread
 
 Rule = Callable[[marl.StayWrapper, dict[str, dict[str, np.ndarray]]], dict[str, int]]

@@ -57,8 +57,6 @@ from mara_env.workload import Workload, reference_nodes
 
 CHECKPOINTS = Path(__file__).with_name("checkpoints")
 SHIPPED_PRIOR = CHECKPOINTS / "deadline_prior.json"  # both shipped workloads' history
-# a planner's ``prior=history``: the history of the workload an episode runs alone
-HISTORY = "history"
 # the shipped fits of each workload's train history alone (default cluster settings)
 HISTORY_PRIORS = {
     None: CHECKPOINTS / "deadline_prior_synthetic.json",

@@ -50,8 +50,8 @@ from flow_predictor.remaining import (
     sorted_quantiles,
 )
 from flow_predictor.wls import WLSPredictor
-from mara_env.cluster_env import NODE_FEATURES, OBS_LIMIT, SLOT_FEATURES
 from mara_env.config import ConfigError
+from mara_env.engine import NODE_FEATURES, OBS_LIMIT, SLOT_FEATURES
 from mara_env.workload import reference_nodes
 
 PREDICTION_FEATURES = (

@@ -40,6 +40,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "mara_agents.commands.calibrate",
         "fit the simulator's cluster (restore cost, speed-up, noise) to live runs",
     ),
+    "history": ("mara_agents.commands.history", "tune a cluster's price of a miss, once"),
 }
 
 # command -> the extra it needs beyond the bare install, checked before it runs (``traces
@@ -51,6 +52,7 @@ NEEDS: dict[str, str] = {
     "export": "rllib",
     "curves": "rllib",
     "live": "live",
+    "history": "predictor",
 }
 
 

@@ -56,7 +56,7 @@ class StayWrapper(BaseParallelWrapper):
 
     A masked-out action (an empty slot, or stay without a visible task) counts as idle and
     is reported in ``infos`` (``masked_action``, ``masked_actions_total``), as in the env;
-    with the env's ``strict=True`` it raises :class:`~mara_env.cluster_env.InvalidActionError`,
+    with the env's ``strict=True`` it raises :class:`~mara_env.engine.InvalidActionError`,
     as does an action outside ``Discrete(K + 2)``.
 
     **Decision interval** ``interval`` ticks per step (default 1): the round's actions

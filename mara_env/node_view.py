@@ -3,7 +3,7 @@
 Three slot columns of an observation change while a round goes on: ``nodes_chosen``,
 ``nodes_pending`` and ``is_mine`` (the node's own slot, a plain one-hot), and so does the
 action mask.  :func:`slot_view` gives the first two and the mask's slot entries from the
-slots' node counts.  The env (:class:`mara_env.cluster_env.ClusterEngine`) calls it on
+slots' node counts.  The env (:class:`mara_env.engine.ClusterEngine`) calls it on
 numpy scalars and arrays as nodes choose; the policy's decoder
 (:mod:`mara_agents.policy.rounds`) calls it on torch tensors of every node of a batch of
 rounds.  The code uses operators only, or the array namespace ``xp`` (``numpy`` or

@@ -1,6 +1,6 @@
 """The cluster as a single-agent Gymnasium env: one step is one decision round of all N nodes.
 
-A view over the same :class:`~mara_env.cluster_env.ClusterEngine` as the AEC env (it drives
+A view over the same :class:`~mara_env.engine.ClusterEngine` as the AEC env (it drives
 the engine's ``act``/``end_round``; no round logic of its own), for learners that pick the
 N node actions of a round together, such as a Multi-Agent-Transformer-style decoder.
 :func:`play_episode` is the one episode loop of a :class:`RoundAgent` (the evaluation
@@ -16,13 +16,8 @@ import numpy as np
 from gymnasium import spaces
 from pettingzoo import AECEnv
 
-from mara_env.cluster_env import (
-    NODE_FEATURES,
-    OBS_LIMIT,
-    SLOT_FEATURES,
-    InvalidActionError,
-    raw_env,
-)
+from mara_env.cluster_env import raw_env
+from mara_env.engine import NODE_FEATURES, OBS_LIMIT, SLOT_FEATURES, InvalidActionError
 
 _MINE = SLOT_FEATURES.index("is_mine")
 WORKLOAD_SEED = "workload_seed"  # reset info key: the seed of a seeded reset
@@ -68,14 +63,14 @@ class RoundEnv(gymnasium.Env):
     env (slot ``0 … K-1`` or ``K`` = idle), applied in node order.  A masked-out action (a
     slot already filled to its cap by earlier nodes this round) counts as idle and is
     counted in ``info["masked_actions"]``; with ``strict=True`` it raises.  An action
-    outside the space raises :class:`~mara_env.cluster_env.InvalidActionError`.
+    outside the space raises :class:`~mara_env.engine.InvalidActionError`.
 
     **Observation space** ``Dict``, the round before any node has chosen:
 
-    * ``nodes`` ``(N, 8)`` float32: each node's :data:`~mara_env.cluster_env.NODE_FEATURES`;
+    * ``nodes`` ``(N, 8)`` float32: each node's :data:`~mara_env.engine.NODE_FEATURES`;
     * ``slots`` ``(K, S)`` float32: the slot rows (``S = 13`` plus any wrapper features)
       with ``nodes_chosen = 0``, ``nodes_pending`` at its round start and ``is_mine = 0``;
-    * ``queue`` ``(4,)`` float32: :data:`~mara_env.cluster_env.QUEUE_FEATURES`;
+    * ``queue`` ``(4,)`` float32: :data:`~mara_env.engine.QUEUE_FEATURES`;
     * ``node_slot`` ``(N,)`` int64: the slot of the task each node served in the last
       tick, ``-1`` for none (idle, or a task not among the visible slots);
     * ``slot_cap`` ``(K,)`` int64: each slot's parallelism cap (0: empty slot);

@@ -6,12 +6,17 @@ and workers need torch only, its job files, journal and cluster book-keeping nei
 
 Each room's every module is imported in a fresh interpreter; the modules it must not load
 are then looked for in ``sys.modules`` (as ``tests/env/test_env.py`` guards ``mara_env``).
+Every import statement of every module, inside functions too, is read from its source and
+checked against the rooms table of ``docs/architecture.md`` (its "may import" column is
+what this test allows), and the modules of ``mara_agents`` import one another without a
+cycle.
 """
 
 from __future__ import annotations
 
 import ast
 import pkgutil
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -124,3 +129,125 @@ def test_the_shipped_policy_and_flow_checkpoint_load_from_their_new_homes() -> N
     policy = load_policy()
     assert policy.net.layout.num_slots == 64 and policy.wrapper == "flow+deadline"
     assert load_predictor(SHIPPED_CHECKPOINT).noise.shape[0] > 0
+
+
+# What the rooms table's "may import" column can name (besides the rooms themselves), and
+# the imports of a module that are checked against it: the rooms of mara_agents, the other
+# packages of this repository, and the heavy libraries a room is built to keep out.
+PACKAGES = ("mara_env", "flow_predictor", "mara_traces", "torch", "ray", "tensorboard")
+DOC = ROOT / "docs" / "architecture.md"
+
+
+def _room_of(module: str) -> str | None:
+    """The room (or top-level module) of ``mara_agents`` a dotted name lies in, or the
+    checked package it names, else None (the standard library, numpy, ...)."""
+    parts = module.split(".")
+    if parts[0] == "mara_agents":
+        return parts[1] if len(parts) > 1 else None
+    return parts[0] if parts[0] in PACKAGES else None
+
+
+def _rooms_table() -> dict[str, set[str] | None]:
+    """Each room of the table in ``docs/architecture.md`` and what it may import (None:
+    anything); "everything above" is every room and import of the rows above it."""
+    text = DOC.read_text()
+    section = text.split("## The rooms of `mara_agents`")[1].split("\n## ")[0]
+    rows = [line for line in section.splitlines() if line.startswith("| `")]
+    allowed: dict[str, set[str] | None] = {}
+    above: set[str] = set()
+    for row in rows:
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        rooms = {Path(m.rstrip("/")).stem for m in re.findall(r"`([^`]+)`", cells[0])}
+        may = cells[2]
+        named = set(re.findall(r"`([\w.]+)`", may)) | set(re.findall(r"\b(torch|ray)\b", may))
+        if "any room" in may:
+            for room in rooms:
+                allowed[room] = None
+            continue
+        if "everything above" in may:
+            named |= above
+        for room in rooms:
+            allowed[room] = {_room_of(f"mara_agents.{n}") or n for n in named}
+        above |= rooms | named
+    return allowed
+
+
+def _room_files() -> dict[str, list[Path]]:
+    """The source files of each room and top-level module of ``mara_agents``."""
+    files: dict[str, list[Path]] = {}
+    for path in sorted((ROOT / "mara_agents").rglob("*.py")):
+        parts = path.relative_to(ROOT / "mara_agents").with_suffix("").parts
+        if parts == ("__init__",):
+            continue
+        files.setdefault(parts[0], []).append(path)
+    return files
+
+
+def test_the_rooms_table_names_every_room() -> None:
+    assert set(_rooms_table()) == set(_room_files())
+
+
+def test_every_import_of_a_room_is_one_the_rooms_table_allows() -> None:
+    """Imports inside functions count: a lazy import is still an arrow between rooms."""
+    table = _rooms_table()
+    wrong = {}
+    for room, paths in _room_files().items():
+        if table[room] is None:
+            continue
+        for path in paths:
+            rooms = {_room_of(name) for name in _imported(path)} - {None, room}
+            bad = sorted(rooms - table[room])
+            if bad:
+                wrong[str(path.relative_to(ROOT))] = bad
+    assert not wrong, f"imports the rooms table of {DOC.name} does not allow: {wrong}"
+
+
+def _module_graph() -> dict[str, set[str]]:
+    """Which modules of ``mara_agents`` each imports (inside functions too): a name
+    resolves to the longest module it starts with (a package is its ``__init__``)."""
+    modules = {}
+    for path in (ROOT / "mara_agents").rglob("*.py"):
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+
+    def resolve(name: str) -> str | None:
+        while name and name not in modules:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph = {}
+    for module, path in modules.items():
+        tree = ast.parse(path.read_text())
+        names = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                names |= {a.name for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                names |= {f"{node.module}.{a.name}" for a in node.names}
+        graph[module] = {resolve(n) for n in names} - {None, module}
+    return graph
+
+
+def test_no_import_cycle_among_the_modules_of_mara_agents() -> None:
+    graph = _module_graph()
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(module: str) -> list[str] | None:
+        state[module] = 1
+        path.append(module)
+        for target in sorted(graph[module]):
+            if state.get(target) == 1:
+                return path[path.index(target) :] + [target]
+            if target not in state:
+                cycle = visit(target)
+                if cycle:
+                    return cycle
+        path.pop()
+        state[module] = 2
+        return None
+
+    for module in sorted(graph):
+        if module not in state:
+            cycle = visit(module)
+            assert cycle is None, " -> ".join(cycle)

@@ -21,7 +21,7 @@ tick, for the active tasks in earliest-deadline order:
    samples (until it finishes; a sample that misses the deadline is charged ``miss_cost``
    times the time left: 1 is its nodes held to the deadline, and by default the price is
    the one tuned on the cluster's own history,
-   :func:`~mara_agents.planning.history.cluster_miss_cost`).  A task none of
+   :attr:`~mara_agents.planning.history.ClusterHistory.miss_cost`).  A task none of
    whose counts reaches ``p_k(n) >= confidence`` is not pursued.
 3. **Admission and counts** (a greedy knapsack on chances): starting from no nodes, the
    step that raises some task's count from ``m`` to ``n`` with the most chance gained per
@@ -64,15 +64,24 @@ from the train split's tasks.  Its knobs were chosen on the validation split onl
 from __future__ import annotations
 
 import json
+from dataclasses import fields
 from typing import Any, Protocol
 
 import numpy as np
 
-from flow_predictor.deadline_prior import HISTORY
+from flow_predictor.deadline_prior import DeadlineInformed, DeadlinePrior
 from flow_predictor.remaining import PredictionCache, RemainingWork
 from mara_agents.planning.hedge_rule import HedgeParams, HedgePlan, plan_counts
+from mara_agents.planning.history import (
+    CLUSTER,
+    WORKLOAD,
+    ClusterHistory,
+    check_source,
+    history_key,
+)
 from mara_agents.planning.predictors import EXACT, check_predictor
 from mara_env.cluster import ClusterSim
+from mara_env.config import ClusterConfig
 from mara_env.schedulers import Scheduler, edf_order
 
 # What ``predictor=`` may name: the flow model, what deadlines say about work (alone, or
@@ -116,74 +125,87 @@ class Hedge(Scheduler):
     with ``flow_share``'s sample count and refresh rule, fused with the deadline prior or
     alone; needs the ``[predictor]`` extra), ``"deadline"`` (the deadline prior alone), or
     ``"exact"`` (each task's exact remaining work: the same planner on a degenerate
-    distribution).  ``prior``: the deadline prior (default: that of the cluster's own
-    history, both shipped workloads' train tasks drawn under the episode's cluster settings,
-    :func:`~mara_agents.planning.history.cluster_prior`; under the default settings the
-    shipped file), ``"history"``: the same, on the tasks of the workload the episode runs
-    alone, or a deadline-prior JSON file, for every episode.  ``confidence``,
-    ``flow_spread``, ``quantiles``, ``urgency``, ``miss_cost``: see
-    :class:`~mara_agents.planning.hedge_rule.HedgeParams` (None: its default), except that
-    ``miss_cost`` is by default ``"history"``, the price tuned on the cluster's own
-    history (:func:`~mara_agents.planning.history.cluster_miss_cost`, per episode's
-    cluster settings; with ``predictor=exact`` a chance is 0 or 1 and the price never
-    acts, so it is 1 there).
+    distribution).  ``prior``: the deadline prior, ``"cluster"`` (default: that of the
+    cluster's own history, both shipped workloads' train tasks drawn under the episode's
+    cluster settings, :attr:`ClusterHistory.prior
+    <mara_agents.planning.history.ClusterHistory>`), ``"workload"`` (the same, on the
+    tasks of the workload the episode runs alone), or a deadline-prior JSON file, for every
+    episode.  ``knobs``: the fields of
+    :class:`~mara_agents.planning.hedge_rule.HedgeParams` (``confidence``, ``flow_spread``,
+    ``quantiles``, ``urgency``, ``miss_cost``), each at its default there unless given;
+    ``miss_cost="cluster"`` (the default) is the price tuned on the cluster's history.
+
+    The cluster's history is handed in (:meth:`use_history`) by whoever runs the episodes;
+    a scheduler used on its own reads the history of each episode's cluster
+    (:meth:`ClusterHistory.of <mara_agents.planning.history.ClusterHistory.of>`).
     """
 
     name = "hedge"
 
     def __init__(
-        self,
-        predictor: str = DEFAULT_PREDICTOR,
-        confidence: float | None = None,
-        flow_spread: float | None = None,
-        quantiles: int | None = None,
-        prior: str | None = None,
-        urgency: float | None = None,
-        miss_cost: float | str | None = None,
+        self, predictor: str = DEFAULT_PREDICTOR, prior: str = CLUSTER, **knobs: float | str
     ) -> None:
         check_predictor("hedge", predictor, PREDICTORS)
-        if miss_cost is None and predictor != EXACT:
-            miss_cost = HISTORY
-        given = {
-            "confidence": confidence,
-            "flow_spread": flow_spread,
-            "quantiles": quantiles,
-            "urgency": urgency,
-            "miss_cost": miss_cost,
-        }
-        self.params = HedgeParams(**{k: v for k, v in given.items() if v is not None})
+        check_source("hedge: prior", prior)
+        known = [f.name for f in fields(HedgeParams)]
+        unknown = sorted(set(knobs) - set(known))
+        if unknown:
+            names = ", ".join(["predictor", "prior", *known])
+            raise ValueError(f"hedge: unknown parameter {unknown[0]!r}; known: {names}")
+        self.params = HedgeParams(**knobs)  # as given: miss_cost may name the cluster's price
         if predictor in READS_FLOW or predictor.startswith("task"):
             from mara_agents.extras import require
 
             require("predictor")  # checked here, in the parent, not in a worker
         self.predictor = predictor
-        self.prior = None
-        # the prior of a file given is read here (a bad file: an error here, not in a
-        # worker); the cluster's history is read or fitted per episode (its settings)
-        self._own_workload = prior == HISTORY
-        self._fixed = prior is not None and not self._own_workload
-        if predictor in READS_PRIOR:
-            from flow_predictor.deadline_prior import DeadlinePrior
-            from mara_agents.planning.history import cluster_prior
-            from mara_env.config import ClusterConfig
-
-            try:
-                if self._fixed:
-                    self.prior = DeadlinePrior.load(prior)
-                else:  # the shipped fits, read now: a broken install fails here
-                    cluster_prior(ClusterConfig(), self._own_workload)
+        self.prior_source = prior
+        self._file_prior: DeadlinePrior | None = None
+        if predictor in READS_PRIOR and prior not in (CLUSTER, WORKLOAD):
+            try:  # a file given is read here: a bad file is an error here, not in a worker
+                self._file_prior = DeadlinePrior.load(prior)
             except OSError as exc:
                 raise ValueError(str(exc)) from None
-        elif prior is not None:
+        elif predictor not in READS_PRIOR and prior != CLUSTER:
             raise ValueError(f"hedge: prior={prior!r} given, but predictor={predictor!r} uses none")
+        self.history: ClusterHistory | None = None
         self._flow: PredictionCache | None = None
         self._predictions: Predictions | None = None
         # the predictions of each prior planned on so far, by its record (they share the
         # flow model's cache)
         self._by_prior: dict[str | None, Predictions] = {}
-        self.knobs = self.params  # the knobs on this episode's cluster (miss_cost resolved)
+        # what this episode plans with: the knobs with the cluster's price resolved, and
+        # the deadline prior (None without one)
+        self.planned = self.params
+        self.prior = self._file_prior
 
-    def _make_predictions(self) -> Predictions:
+    @property
+    def reads_history(self) -> bool:
+        """Whether its episodes read the cluster's history (its prior or its price)."""
+        from_history = self.predictor in READS_PRIOR and self._file_prior is None
+        return from_history or self.params.prices_by_cluster
+
+    @property
+    def needs_price(self) -> bool:
+        """Whether it plans with the cluster's tuned price of a miss."""
+        return self.params.prices_by_cluster
+
+    def use_history(self, history: ClusterHistory) -> None:
+        """Plan with ``history`` (built once by whoever runs the episodes) from the next
+        episode on; an episode on another cluster is refused."""
+        self.history = history
+
+    def _history_of(self, config: ClusterConfig) -> ClusterHistory:
+        if self.history is None:
+            return ClusterHistory.of(config)
+        if not self.history.describes(config):
+            raise ValueError(
+                f"hedge: handed the history of cluster {self.history.key} "
+                f"({self.history.jobs}), but the episode runs on {history_key(config)} "
+                f"({config.jobs or 'none'})"
+            )
+        return self.history
+
+    def _make_predictions(self, prior: DeadlinePrior | None) -> Predictions:
         if self.predictor == EXACT:
             return ExactRemaining()
         if self.predictor in READS_FLOW and self._flow is None:
@@ -191,7 +213,7 @@ class Hedge(Scheduler):
             from flow_predictor.remaining import FLOW_SAMPLES, REFRESH
 
             self._flow = PredictionCache(load_predictor(n_samples=FLOW_SAMPLES), REFRESH)
-        if self.prior is None:
+        if prior is None:
             return self._flow
         if self.predictor.startswith("task"):
             from flow_predictor.task_work import (
@@ -202,27 +224,23 @@ class Hedge(Scheduler):
             )
 
             path = SHIPPED_TASK_WORK if self.predictor == "task" else SHIPPED_TASK_WORK_NO_FLOW
-            return TaskWork(TaskWorkModel.load(path), self.prior, self._flow, self.params.quantiles)
-        from flow_predictor.deadline_prior import DeadlineInformed
-
-        return DeadlineInformed(
-            self.prior, self._flow, self.params.quantiles, self.params.flow_spread
-        )
+            return TaskWork(TaskWorkModel.load(path), prior, self._flow, self.params.quantiles)
+        return DeadlineInformed(prior, self._flow, self.params.quantiles, self.params.flow_spread)
 
     def reset(self, sim: ClusterSim, rng: np.random.Generator) -> None:
         super().reset(sim, rng)
-        if self.params.miss_cost == HISTORY:
-            from mara_agents.planning.history import cluster_miss_cost
-
-            self.knobs = self.params.on_cluster(cluster_miss_cost(sim.config))
-        key = None
-        if self.predictor in READS_PRIOR and not self._fixed:
-            from mara_agents.planning.history import cluster_prior
-
-            self.prior = cluster_prior(sim.config, self._own_workload)
-            key = json.dumps(self.prior.fitted_on, sort_keys=True)
+        prior = self._file_prior
+        if self.reads_history:
+            history = self._history_of(sim.config)
+            self.planned = (
+                self.params.on_cluster(history.price()) if self.needs_price else self.params
+            )
+            if self.predictor in READS_PRIOR and prior is None:
+                prior = history.workload_prior if self.prior_source == WORKLOAD else history.prior
+        self.prior = prior
+        key = None if prior is None else json.dumps(prior.fitted_on, sort_keys=True)
         if key not in self._by_prior:
-            self._by_prior[key] = self._make_predictions()
+            self._by_prior[key] = self._make_predictions(prior)
         self._predictions = self._by_prior[key]
         self._predictions.clear()
 
@@ -249,6 +267,6 @@ class Hedge(Scheduler):
             wl.rate[order],
             wl.alpha[order],
             sim.config.num_nodes,
-            self.knobs,
+            self.planned,
         )
         return counts, plan

@@ -39,8 +39,8 @@ rollouts have no throughput noise and no flow-model refresh (conditioning stands
 new reports).
 With ``candidates=1`` it is hedge.  Its knobs (``candidates``, ``horizon``, ``futures``,
 ``rollout_quantiles``, ``margin``, ``arrivals``) were chosen on the validation split only
-(``docs/baselines.md``); hedge's (``predictor``, ``confidence``, ``flow_spread``,
-``quantiles``, ``prior``) pass through to it.
+(``docs/baselines.md``); hedge's (``predictor``, ``prior`` and the knobs of
+:class:`~mara_agents.planning.hedge_rule.HedgeParams`) pass through to it.
 """
 
 from __future__ import annotations
@@ -48,6 +48,7 @@ from __future__ import annotations
 import numpy as np
 
 from mara_agents.baselines.hedge import Hedge
+from mara_agents.planning.history import ClusterHistory
 from mara_agents.planning.lookahead_rule import (
     Candidate,
     Futures,
@@ -74,8 +75,10 @@ class Lookahead(Scheduler):
 
     ``candidates``, ``horizon``, ``futures``, ``rollout_quantiles``: see
     :class:`~mara_agents.planning.lookahead_rule.LookaheadParams` (None: its default);
-    ``arrivals``: ``"none"`` (default: rollouts without arrivals) or ``"seen"``.  The
-    other options are hedge's (:class:`~mara_agents.baselines.hedge.Hedge`).
+    ``arrivals``: ``"none"`` (default: rollouts without arrivals) or ``"seen"``.
+    ``predictor`` and ``hedge`` (``prior`` and the knobs of
+    :class:`~mara_agents.planning.hedge_rule.HedgeParams`) are its hedge's
+    (:class:`~mara_agents.baselines.hedge.Hedge`).
     """
 
     name = "lookahead"
@@ -89,10 +92,7 @@ class Lookahead(Scheduler):
         margin: float | None = None,
         arrivals: str = "none",
         predictor: str = "flow+deadline",
-        confidence: float | None = None,
-        flow_spread: float | None = None,
-        quantiles: int | None = None,
-        prior: str | None = None,
+        **hedge: float | str,
     ) -> None:
         check_predictor("lookahead", predictor, PREDICTORS)
         if arrivals not in ARRIVALS:
@@ -113,7 +113,21 @@ class Lookahead(Scheduler):
             )
         self.params = LookaheadParams(**{k: v for k, v in given.items() if v is not None})
         self.arrivals = arrivals
-        self.hedge = Hedge(predictor, confidence, flow_spread, quantiles, prior)
+        self.hedge = Hedge(predictor=predictor, **hedge)
+
+    @property
+    def reads_history(self) -> bool:
+        """Whether its episodes read the cluster's history (through its hedge)."""
+        return self.hedge.reads_history
+
+    @property
+    def needs_price(self) -> bool:
+        """Whether its hedge plans with the cluster's tuned price of a miss."""
+        return self.hedge.needs_price
+
+    def use_history(self, history: ClusterHistory) -> None:
+        """Plan with ``history`` from the next episode on (:meth:`Hedge.use_history`)."""
+        self.hedge.use_history(history)
 
     def reset(self, sim: ClusterSim, rng: np.random.Generator) -> None:
         super().reset(sim, rng)
@@ -146,7 +160,7 @@ class Lookahead(Scheduler):
                     wl.rate[order],
                     wl.alpha[order],
                     sim.config.num_nodes,
-                    self.hedge.knobs,
+                    self.hedge.planned,
                 )
                 for cand in others
             ]
@@ -158,7 +172,7 @@ class Lookahead(Scheduler):
             unknown,
             sim.config.num_nodes,
             float(sim.config.reassign_cost),
-            self.hedge.knobs,
+            self.hedge.planned,
             self.params,
         )
         best = np.zeros(len(sim.status), np.int64)

@@ -71,6 +71,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="run episodes on this Ray cluster ('auto' or HOST:PORT of `ray start --head`)",
     )
+    parser.add_argument(
+        "--history",
+        action="append",
+        default=[],
+        metavar="HISTORY.json",
+        help="a tuning of the cluster's price of a miss (`mara history fit --out`); without "
+        "one for the --cluster, a spec that needs it has it tuned once, here, first",
+    )
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
 
 
@@ -92,6 +100,9 @@ def checked_args(args: argparse.Namespace) -> dict[str, Any]:
         require("rllib")
         checks.ray_address(args.address)
     config, traces = checks.cluster_from_args(args, loads, "--loads")
+    from mara_agents.evaluation.tuning import resolve_history
+
+    history = resolve_history(config, specs, args.history, progress=not args.no_progress)
     return dict(
         specs=specs,
         loads=loads,
@@ -104,6 +115,7 @@ def checked_args(args: argparse.Namespace) -> dict[str, Any]:
         out_dir=args.out,
         progress=not args.no_progress,
         reference=args.reference or default_reference(specs),
+        history=history,
     )
 
 

@@ -31,6 +31,7 @@ def run(args: argparse.Namespace) -> int:
     from mara_agents.evaluation.registry import SpecError
     from mara_agents.evaluation.runner import evaluate
     from mara_agents.evaluation.stats import mean_ci
+    from mara_agents.evaluation.tuning import resolve_history
     from mara_env.config import ConfigError
     from mara_env.traces import TraceError
 
@@ -38,6 +39,7 @@ def run(args: argparse.Namespace) -> int:
         episodes = checks.at_least(args.episodes, "--episodes", 1)
         seed = checks.at_least(args.seed, "--seed", 0)
         config, traces = checks.cluster_from_args(args, [args.load], "--load")
+        history = resolve_history(config, [args.scheduler])
         df = evaluate(
             [args.scheduler],
             [args.load],
@@ -47,6 +49,7 @@ def run(args: argparse.Namespace) -> int:
             traces=traces,
             workers=1,
             progress=False,
+            history=history,
         )
     except (SpecError, ConfigError, TraceError, ValueError) as exc:
         print(f"mara simulate: error: {exc}", file=sys.stderr)

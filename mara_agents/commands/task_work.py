@@ -75,7 +75,7 @@ def run_task_work(args: argparse.Namespace) -> int:
     from mara_agents.baselines.hedge import Hedge
     from mara_agents.commands import checks
     from mara_agents.outputs import OutputError, claim_file
-    from mara_agents.planning.history import cluster_prior
+    from mara_agents.planning.history import ClusterHistory
     from mara_env.config import DEADLINE_MODELS, ClusterConfig, ConfigError
     from mara_env.traces import TraceError, load_traces
 
@@ -112,7 +112,7 @@ def run_task_work(args: argparse.Namespace) -> int:
                         )
                         if config.jobs is not None:
                             checks.replay_line(config)
-                        out.append((config, cluster_prior(config)))
+                        out.append((config, ClusterHistory.of(config).prior))
             return out
 
         train_settings, cal_settings = settings("train"), settings("val")

@@ -77,12 +77,19 @@ def run(args: argparse.Namespace) -> int:
     from mara_agents.training.experiment import load_experiment
     from mara_agents.training.records import check_out
     from mara_env.config import ConfigError
+    from mara_env.traces import TraceError
 
     try:
         exp = load_experiment(args.experiment)
         if args.jobs is not None:
             jobs = None if args.jobs == "none" else args.jobs
             exp = dataclasses.replace(exp, env=exp.env.replace(jobs=jobs))
+        from mara_agents.evaluation.tuning import resolve_history
+        from mara_agents.training.records import check_inputs
+
+        check_inputs(exp)  # the files it reads load, before the history is drawn from them
+        # built once, here: the env runners and the teacher are handed it
+        exp = dataclasses.replace(exp, history=resolve_history(exp.env, exp.schedulers))
         if args.pretrain_only:
             from mara_agents.training.clone import pretrain
 
@@ -128,7 +135,7 @@ def run(args: argparse.Namespace) -> int:
                 num_env_runners=args.num_env_runners,
                 verbose=args.verbose,
             )
-    except (ConfigError, OutputError, checks.UsageError) as e:
+    except (ConfigError, OutputError, TraceError, checks.UsageError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     errors = [r.error for r in grid if r.error]

@@ -28,6 +28,7 @@ import typing
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from mara_agents.planning.specs import parse_value
 from mara_env.config import ClusterConfig
 from mara_env.round_env import RoundAgent
 from mara_env.schedulers import Scheduler, SchedulerAgent
@@ -141,15 +142,6 @@ def _scheduler_class(name: str) -> type[Scheduler]:
     return cls
 
 
-def _parse_value(text: str) -> Any:
-    for cast in (int, float):
-        try:
-            return cast(text)
-        except ValueError:
-            pass
-    return text
-
-
 # The annotations a spec's text can be checked against (and turned into), by name.
 CHECKABLE = {int: "int", float: "float", str: "str", bool: "bool", type(None): "None"}
 BOOLEANS = {"true": True, "false": False}
@@ -167,7 +159,7 @@ def _typed_value(spec: str, key: str, text: str, hint: Any) -> Any:
     """``key``'s value from its ``text`` (an int, else a float, else the text), once it is
     of a type ``hint`` allows: an int passes for a float, text for a str, true/false for a
     bool."""
-    value = _parse_value(text)
+    value = parse_value(text)
     allowed = _annotated_types(hint)
     if allowed is None or type(value) in allowed or (type(value) is int and float in allowed):
         return value

@@ -40,10 +40,11 @@ from mara_agents.evaluation.registry import (
 )
 from mara_agents.evaluation.report import REFERENCE, write_outputs
 from mara_agents.evaluation.stats import COLUMNS, DAY, FAMILY_PREFIXES, METRICS
+from mara_agents.planning.history import ClusterHistory, HistoryError
 from mara_env.atomic import atomic_write
 from mara_env.cluster import ClusterState
 from mara_env.config import ClusterConfig
-from mara_env.schedulers import Scheduler, run_episode
+from mara_env.schedulers import Scheduler, SchedulerAgent, run_episode
 from mara_env.traces import TraceSet, load_traces
 
 
@@ -97,11 +98,35 @@ def run_spec(
     return run_episode(made, config, traces, seed, record, backend)
 
 
-def build(spec: str) -> Agent | Scheduler | Bound:
-    """The agent, scheduler or reference of ``spec``, to be reset for each of its episodes."""
+def build(spec: str, history: ClusterHistory | None = None) -> Agent | Scheduler | Bound:
+    """The agent, scheduler or reference of ``spec``, to be reset for each of its episodes;
+    one that reads the cluster's history (``use_history``) is handed ``history``."""
     if is_bound_spec(spec):
         return make_bound(spec)
-    return make_agent(spec) if is_agent_spec(spec) else make_scheduler(spec)
+    made = make_agent(spec) if is_agent_spec(spec) else make_scheduler(spec)
+    reader = _history_reader(made)
+    if history is not None and reader is not None:
+        reader.use_history(history)
+    return made
+
+
+def _history_reader(made: Agent | Scheduler) -> Any:
+    """What in ``made`` reads the cluster's history (a scheduler an ``env=`` agent drives,
+    else ``made``), or None when it reads none."""
+    target = made.scheduler if isinstance(made, SchedulerAgent) else made
+    return target if hasattr(target, "use_history") else None
+
+
+def history_readers(specs: Sequence[str]) -> dict[str, Any]:
+    """Those of ``specs`` that read the cluster's history, each built here to ask, by spec
+    (aliases expanded; their ``needs_price`` says whether they plan with its price of a
+    miss)."""
+    readers = {}
+    for spec in map(expand_alias, specs):
+        reader = None if is_bound_spec(spec) else _history_reader(build(spec))
+        if reader is not None and reader.reads_history:
+            readers[spec] = reader
+    return readers
 
 
 def episode_seed(base_seed: int, load: float, episode: int) -> int:
@@ -122,8 +147,11 @@ class Job:
 _WORKER: dict[str, Any] = {}
 
 
-def _init_worker(config: ClusterConfig, traces: TraceSet | None) -> None:
+def _init_worker(
+    config: ClusterConfig, traces: TraceSet | None, history: ClusterHistory | None
+) -> None:
     _WORKER["config"] = config
+    _WORKER["history"] = history
     _WORKER["built"] = {}
     _WORKER["traces"] = (
         traces
@@ -138,7 +166,7 @@ def _run_job(job: Job) -> list[dict]:
     # one agent per spec and worker process: a policy file is read once, not per episode
     built = _WORKER["built"]
     if job.spec not in built:
-        built[job.spec] = build(job.spec)
+        built[job.spec] = build(job.spec, _WORKER["history"])
     return _job_rows(job, _WORKER["config"], _WORKER["traces"], built[job.spec])
 
 
@@ -147,9 +175,10 @@ def _job_rows(
     config: ClusterConfig,
     traces: TraceSet,
     built: Agent | Scheduler | Bound | None = None,
+    history: ClusterHistory | None = None,
 ) -> list[dict]:
     config = config.replace(load=job.load)
-    built = build(job.spec) if built is None else built
+    built = build(job.spec, history) if built is None else built
     rows = []
     for episode, base, seed in job.episodes:
         m = run_spec(job.spec, config, traces, seed, built=built)
@@ -177,7 +206,12 @@ def results_row(
 
 
 def _run_on_ray(
-    jobs: list[Job], config: ClusterConfig, traces: TraceSet | None, address: str, bar: Any
+    jobs: list[Job],
+    config: ClusterConfig,
+    traces: TraceSet | None,
+    history: ClusterHistory | None,
+    address: str,
+    bar: Any,
 ) -> list[dict]:
     """Run the jobs as Ray tasks on an existing cluster, in job order."""
     import ray
@@ -188,8 +222,8 @@ def _run_on_ray(
         families = list(config.families or []) or None
         traces = load_traces(config.traces, split=config.split, families=families)
     remote = ray.remote(num_cpus=1)(_job_rows)
-    config_ref, traces_ref = ray.put(config), ray.put(traces)
-    pending = [remote.remote(job, config_ref, traces_ref) for job in jobs]
+    config_ref, traces_ref, history_ref = ray.put(config), ray.put(traces), ray.put(history)
+    pending = [remote.remote(job, config_ref, traces_ref, None, history_ref) for job in jobs]
     rows: list[dict] = []
     for job, ref in zip(jobs, pending):
         rows += ray.get(ref)
@@ -234,6 +268,7 @@ def evaluate(
     address: str | None = None,
     reference: str = REFERENCE,
     resume: bool = False,
+    history: ClusterHistory | None = None,
 ) -> pd.DataFrame:
     """Run every spec on the same episodes; one row per spec x load x episode.
 
@@ -248,12 +283,30 @@ def evaluate(
     With ``out_dir``, the episodes run so far are kept in :data:`PARTIAL` there until the
     reports are written (also when the run is stopped); ``resume`` reuses the rows that
     file (or a finished run's ``results.csv``) holds and runs only the episodes missing.
+
+    ``history``: the cluster's (:class:`~mara_agents.planning.history.ClusterHistory`),
+    built here once (``ClusterHistory.of(config)``) unless given, where a spec reads one,
+    and handed to every worker: none fits or tunes one.  A spec that plans with a price of
+    a miss the history lacks is a :class:`~mara_agents.planning.history.HistoryError`
+    before any episode (:func:`mara_agents.evaluation.tuning.resolve_history` tunes one).
     """
     names = list(specs)
     specs = [expand_alias(s) for s in specs]
     for spec in specs:
         check_spec(spec)
     config = config or ClusterConfig()
+    if history is None or history.miss_cost is None:
+        readers = history_readers(specs)
+        if history is None and readers:
+            history = ClusterHistory.of(config)
+        priced = [
+            n for n, spec in zip(names, specs) if spec in readers and readers[spec].needs_price
+        ]
+        if priced:
+            try:
+                history.price()
+            except HistoryError as exc:
+                raise HistoryError(f"{', '.join(priced)}: {exc}") from None
     for name, spec in zip(names, specs):
         note = spec_note(spec, config)
         if note:  # one line on stderr, in this process only: results stay as they are
@@ -263,18 +316,18 @@ def evaluate(
     chunk = max(1, min(8, math.ceil(episodes * len(seeds) / max(1, 2 * workers))))
     kept = Kept(out_dir, resume, dict(zip(names, specs)))
     jobs = make_jobs(specs, loads, episodes, seeds, chunk, kept.done())
-    bar = _progress_bar(total, progress)
+    bar = progress_bar(total, progress)
     bar.update(len(kept.rows))
     try:
         if address is not None:
-            kept.add(_run_on_ray(jobs, config, traces, address, bar))
+            kept.add(_run_on_ray(jobs, config, traces, history, address, bar))
         elif workers == 1:
-            _init_worker(config, traces)
+            _init_worker(config, traces, history)
             for job in jobs:
                 kept.add(_run_job(job))
                 bar.update(len(job.episodes))
         else:
-            _run_in_pool(jobs, config, traces, workers, kept, bar)
+            _run_in_pool(jobs, config, traces, history, workers, kept, bar)
     except BaseException:  # stopped (Ctrl-C, SIGTERM) or failed: what ran is kept
         kept.save()
         raise
@@ -299,6 +352,7 @@ def _run_in_pool(
     jobs: list[Job],
     config: ClusterConfig,
     traces: TraceSet | None,
+    history: ClusterHistory | None,
     workers: int,
     kept: Kept,
     bar: Any,
@@ -311,7 +365,7 @@ def _run_in_pool(
         workers,
         mp_context=multiprocessing.get_context("forkserver"),
         initializer=_init_worker,
-        initargs=(config, traces),
+        initargs=(config, traces, history),
     )
     try:
         for job, got in zip(jobs, pool.map(_run_job, jobs)):
@@ -390,7 +444,8 @@ def _warn_empty_episodes(df: pd.DataFrame) -> None:
             )
 
 
-def _progress_bar(total: int, enabled: bool) -> Any:
+def progress_bar(total: int, enabled: bool, desc: str = "evaluate") -> Any:
+    """A progress bar of ``total`` episodes (tqdm's; silent unless ``enabled``)."""
     from tqdm import tqdm
 
-    return tqdm(total=total, unit="ep", desc="evaluate", disable=not enabled)
+    return tqdm(total=total, unit="ep", desc=desc, disable=not enabled)

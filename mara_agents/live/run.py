@@ -62,7 +62,9 @@ def run_live(
 ) -> pd.DataFrame:
     """Run the job file live; returns the results table (one row) and writes ``out``."""
     from mara_agents.evaluation.runner import build
+    from mara_agents.evaluation.tuning import resolve_history
     from mara_agents.live import pool as pool_mod
+    from mara_env.config import ClusterConfig
 
     out = Path(out)
     spec = expand_alias(scheduler)
@@ -94,7 +96,11 @@ def run_live(
     elif journal.exists():
         journal.start(settings)  # raises: resume it or pick another directory
     check_trainers(jobs)
-    built = build(spec)  # one agent for the dry run and the run: a policy file is read once
+    # the cluster's history, built once, here (the live cluster's settings are the
+    # default users', on ``nodes`` nodes), and one agent for the dry run and the run: a
+    # policy file is read once
+    history = resolve_history(ClusterConfig(num_nodes=nodes), [spec])
+    built = build(spec, history)
     dry_run(spec, built, jobs, nodes, tick_seconds)
     processes.reap()  # what killed drivers left running
 

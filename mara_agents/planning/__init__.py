@@ -6,8 +6,10 @@ Each rule sits beside its ``*Params`` (the knobs a spec sets, each with its rang
 * :mod:`~mara_agents.planning.hedge_rule`: hedge's chances of finishing and its greedy
   knapsack on them (``HedgeParams``).
 
-Beside them, :mod:`~mara_agents.planning.history`: the deadline prior a planner may know,
-the one fitted on its own cluster's history.
+Beside them, :mod:`~mara_agents.planning.history`: what a cluster's history says
+(:class:`~mara_agents.planning.history.ClusterHistory`: the deadline prior fitted on it and
+the price of a miss tuned on it), built once per run and handed to the planners, and
+:mod:`~mara_agents.planning.specs`: the spec grammar's values, for schedulers and teachers.
 
 The schedulers of :mod:`mara_agents.baselines` act on them; the policy's plan features
 (:mod:`mara_agents.policy.features`) read one of them, named by a scheduler spec.  Numpy

@@ -13,16 +13,13 @@ from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 
-from flow_predictor.deadline_prior import HISTORY
+from mara_agents.planning.history import CLUSTER, check_source
 from mara_env.schedulers import spread, ticks_needed
 
 # The largest quantile count: a chance resolved to 1/4096; the planner's arrays grow with it
 # (tasks x quantiles x nodes).
 MAX_QUANTILES = 4096
 MAX_FLOW_SPREAD = 100.0
-# HISTORY, ``miss_cost``'s value that means "the price tuned on the cluster's own history"
-# (:func:`mara_agents.planning.history.cluster_miss_cost`), is resolved per cluster; it is
-# the word ``prior=`` uses for the cluster's history too.
 
 
 @dataclass(frozen=True)
@@ -35,24 +32,27 @@ class HedgeParams:
     quantiles: int = 256  # flow+deadline, deadline: evenly spaced quantiles the chances read
     urgency: float = 0.0  # a step's value: chance now less this times the chance after a wait
     # node-ticks a sample that misses the deadline is charged: this share of the time left
-    # (1: its nodes held to the deadline; HISTORY: tuned on the cluster's history, resolved
-    # per cluster with :meth:`on_cluster`)
-    miss_cost: float | str = 1.0
+    # (1: its nodes held to the deadline; CLUSTER: the price tuned on the cluster's
+    # history, :attr:`ClusterHistory.miss_cost`, resolved per cluster by :meth:`on_cluster`)
+    miss_cost: float | str = CLUSTER
 
-    def to_dict(self) -> dict[str, float | int]:
-        """Plain values (for a teacher's spec); ``urgency`` and ``miss_cost`` only when they
-        differ from the rule before they existed, so that such a spec reads as it did."""
+    def to_dict(self) -> dict[str, float | int | str]:
+        """Plain values (for a teacher's spec); ``urgency`` only when it acts, so that such
+        a spec reads as it did before it existed."""
         values = asdict(self)
         if not self.urgency:
             del values["urgency"]
-        if self.miss_cost == 1.0:
-            del values["miss_cost"]
         return values
 
+    @property
+    def prices_by_cluster(self) -> bool:
+        """Whether ``miss_cost`` is the cluster's tuned price (:data:`CLUSTER`)."""
+        return self.miss_cost == CLUSTER
+
     def on_cluster(self, miss_cost: float) -> HedgeParams:
-        """These knobs with ``miss_cost`` where they say :data:`HISTORY` (the price tuned
+        """These knobs with ``miss_cost`` where they say :data:`CLUSTER` (the price tuned
         on the cluster's history), else unchanged."""
-        return replace(self, miss_cost=miss_cost) if self.miss_cost == HISTORY else self
+        return replace(self, miss_cost=miss_cost) if self.prices_by_cluster else self
 
     def __post_init__(self) -> None:
         checks = {
@@ -64,16 +64,17 @@ class HedgeParams:
             "urgency": (lambda v: 0 <= v <= 1, "a weight in [0, 1]"),
             "miss_cost": (
                 lambda v: 0 <= v <= 1,
-                f"a share of the time left in [0, 1], or {HISTORY!r}",
+                f"a share of the time left in [0, 1], or {CLUSTER!r}",
             ),
             "quantiles": (
                 lambda v: 1 <= v <= MAX_QUANTILES and float(v).is_integer(),
                 f"a whole number in [1, {MAX_QUANTILES}]",
             ),
         }
+        check_source("hedge: miss_cost", self.miss_cost)
         for key, (ok, what) in checks.items():
             value = getattr(self, key)
-            if key == "miss_cost" and value == HISTORY:
+            if key == "miss_cost" and value == CLUSTER:
                 continue
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not ok(value):
                 raise ValueError(f"hedge: {key}={value!r}; expected {what}")
@@ -81,7 +82,7 @@ class HedgeParams:
         object.__setattr__(self, "flow_spread", float(self.flow_spread))
         object.__setattr__(self, "quantiles", int(self.quantiles))
         object.__setattr__(self, "urgency", float(self.urgency))
-        if self.miss_cost != HISTORY:
+        if self.miss_cost != CLUSTER:
             object.__setattr__(self, "miss_cost", float(self.miss_cost))
 
 
@@ -104,7 +105,7 @@ def finish_chances(
     warm: np.ndarray,
     rate: np.ndarray,
     alpha: np.ndarray,
-    miss_cost: float = DEFAULTS.miss_cost,
+    miss_cost: float,
 ) -> tuple[np.ndarray, np.ndarray]:
     """``p_k(n)`` and ``c_k(n)`` of every task (rows) and count ``n = 0..max(cap)``
     (columns): the share of ``samples`` (tasks x samples of remaining work) that ``n`` nodes
@@ -141,9 +142,9 @@ def hedge_plan(
     rate: np.ndarray,
     alpha: np.ndarray,
     capacity: int,
+    miss_cost: float,
     confidence: float = DEFAULTS.confidence,
     urgency: float = DEFAULTS.urgency,
-    miss_cost: float = DEFAULTS.miss_cost,
 ) -> HedgePlan:
     """Steps 2-4 of the module docstring for tasks in earliest-deadline order, on
     ``capacity`` free nodes.  Nodes that no kept task can use are left for the caller
@@ -159,7 +160,9 @@ def hedge_plan(
     pursued = (chance >= confidence - 1e-12).any(axis=1)
     value = chance
     if urgency > 0:
-        later, _ = finish_chances(samples, time_left - 1, cap, np.zeros_like(warm), rate, alpha)
+        later, _ = finish_chances(
+            samples, time_left - 1, cap, np.zeros_like(warm), rate, alpha, miss_cost
+        )
         value = chance - urgency * later
     open_ = np.isfinite(cost) & pursued[:, None]
     column = np.arange(chance.shape[1])[None, :]
@@ -194,7 +197,7 @@ def plan_counts(
     rate: np.ndarray,
     alpha: np.ndarray,
     num_nodes: int,
-    params: HedgeParams = DEFAULTS,
+    params: HedgeParams,
 ) -> tuple[np.ndarray, HedgePlan]:
     """This tick's nodes of tasks in earliest-deadline order (rows of every array), and the
     plan of the ``~unknown`` ones: tasks whose prediction is ``unknown`` explore (step 1 of
@@ -202,10 +205,10 @@ def plan_counts(
     the others are planned on ``num_nodes`` less theirs
     (:func:`hedge_plan`), and the nodes no kept task can use go to exploring tasks, then to
     the others, up to their caps."""
-    if params.miss_cost == HISTORY:
+    if params.prices_by_cluster:
         raise ValueError(
-            f"hedge: miss_cost={HISTORY!r} is a price per cluster; plan with "
-            "params.on_cluster(cluster_miss_cost(config))"
+            f"hedge: miss_cost={CLUSTER!r} is a price per cluster; plan with "
+            "params.on_cluster(ClusterHistory.of(config).price())"
         )
     k = len(cap)
     cap = np.asarray(cap, np.int64)
@@ -224,9 +227,9 @@ def plan_counts(
         np.asarray(rate[planned], np.float64),
         np.asarray(alpha[planned], np.float64),
         left,
+        params.miss_cost,
         params.confidence,
         params.urgency,
-        params.miss_cost,
     )
     counts[planned] = plan.counts
     left = num_nodes - int(counts.sum())

@@ -1,4 +1,5 @@
-"""A cluster's own history: the deadline prior fitted on the tasks its users ran.
+"""A cluster's own history: the deadline prior fitted on the tasks its users ran, and the
+price of a miss tuned on them (:class:`ClusterHistory`).
 
 What a deadline says about a task's size is learnt from a history of finished tasks
 (:mod:`flow_predictor.deadline_prior`), and the history a scheduler may know is its own
@@ -9,21 +10,18 @@ from its default, except the ones that pick an episode or size the cluster
 (:data:`EPISODE_KEYS`): a 64-node cluster's users set deadlines as a 16-node cluster's do.
 
 :func:`fit_prior` draws such a history and fits the prior (what ``mara predictor
-deadline-prior`` writes); :func:`cluster_prior` gives the prior of a cluster's history,
-read from a shipped file where one was fitted on exactly that history (the shipped files
-are fits of the default settings), else fitted once per process (2-3 s).  ``hedge`` plans
-on it by default, and a learned policy acts with it on a cluster whose history settings
-are not those it was trained under.
+deadline-prior`` writes).  The same history prices a miss (``hedge``'s ``miss_cost``, the
+node-ticks a sample that misses its deadline is charged, as a share of the time left):
+``mara history fit`` plays ``hedge`` with each of :data:`MISS_COSTS` on the history's
+episodes (:mod:`mara_agents.evaluation.tuning`) and writes the record
+:func:`tuning_record` describes; :data:`SHIPPED_CHOICES` holds the shipped tunings.  How
+users set deadlines decides which price pays (a cluster whose deadlines carry the size
+well loses by pricing misses low), and a scheduler is not told that: its history is.
 
-The same history prices a miss (``hedge``'s ``miss_cost``, the node-ticks a sample that
-misses its deadline is charged, as a share of the time left): :func:`tune_miss_cost` plays
-``hedge`` with each of :data:`MISS_COSTS` on the history's episodes, paired, and keeps the
-cheaper price only where its lead over today's rule (1) has its 95 % interval above zero;
-:func:`cluster_miss_cost` reads it from :data:`SHIPPED_CHOICES` where that file holds the
-cluster's history, else tunes it once per process (about 3 minutes on one core: 360
-episodes of ``hedge``).  How users set deadlines decides which price pays (a cluster whose
-deadlines carry the size well loses by pricing misses low), and a scheduler is not told
-that: its history is.  Numpy, except the tuning (it plays ``hedge``).
+:class:`ClusterHistory` is what a cluster's history says, built once by whoever starts a
+run (``ClusterHistory.of(config)``: the shipped prior file where one was fitted on exactly
+that history, else a fit, 2-3 s; the shipped or the user's tuning) and handed to the
+schedulers and the policy that read it.  Nothing here plays an episode.  Numpy only.
 """
 
 from __future__ import annotations
@@ -31,8 +29,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
-import logging
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +43,7 @@ from flow_predictor.deadline_prior import (
     deadline_scale,
     fit_history,
 )
+from mara_env.atomic import atomic_write
 from mara_env.config import ClusterConfig
 from mara_env.traces import load_traces
 from mara_env.workload import sample_workload
@@ -76,13 +75,23 @@ HISTORY_EPISODES = 40
 MISS_COSTS = (1.0, 0.1, 0.0)
 TUNE_EPISODES = 20
 SHIPPED_CHOICES = Path(__file__).with_name("history_choices.json")
-
-log = logging.getLogger(__name__)
+# The sources a planner's ``prior`` and ``miss_cost`` may name: the cluster's history (both
+# shipped workloads; the default), or that of the workload its episodes run alone.
+CLUSTER = "cluster"
+WORKLOAD = "workload"
+# The one word that meant all three before; a spec that writes it is told the new ones.
+RENAMED = {"history": f"{CLUSTER!r} (the cluster's history) or {WORKLOAD!r} (prior= only)"}
 
 
 def _plain(value: Any) -> Any:
     """``value`` as JSON reads it back (tuples as lists), for comparing records."""
     return json.loads(json.dumps(value))
+
+
+def check_source(what: str, value: Any) -> None:
+    """ValueError naming the new words where ``value`` is the old spelling ``history``."""
+    if isinstance(value, str) and value in RENAMED:
+        raise ValueError(f"{what}={value!r} is renamed: write {RENAMED[value]}")
 
 
 def history_settings(config: ClusterConfig) -> dict[str, Any]:
@@ -155,9 +164,14 @@ def _record(
     }
 
 
+def history_key(config: ClusterConfig) -> str:
+    """:func:`history_settings` as sorted JSON: which history ``config``'s cluster has."""
+    return json.dumps(history_settings(config), sort_keys=True)
+
+
 @functools.lru_cache(maxsize=16)
-def _prior(jobs: tuple[str, ...], settings_json: str) -> DeadlinePrior:
-    settings = json.loads(settings_json)
+def _prior(jobs: tuple[str, ...], key: str) -> DeadlinePrior:
+    settings = json.loads(key)
     want = _record(settings, jobs, HISTORY_SPLIT, HISTORY_LOADS, HISTORY_EPISODES, 0)
     for path in (SHIPPED_PRIOR, *HISTORY_PRIORS.values()):
         shipped = DeadlinePrior.load(path)
@@ -166,111 +180,109 @@ def _prior(jobs: tuple[str, ...], settings_json: str) -> DeadlinePrior:
     return fit_prior(settings, jobs)
 
 
-def cluster_prior(config: ClusterConfig, own_workload: bool = False) -> DeadlinePrior:
-    """The deadline prior of ``config``'s cluster's history (:func:`history_settings`), on
-    both shipped workloads' train tasks, or with ``own_workload`` on those of the workload
-    its episodes run: a shipped file where one holds that fit, else :func:`fit_prior` (once
-    per process and history)."""
-    settings = json.dumps(history_settings(config), sort_keys=True)
-    jobs = (config.jobs or "none",) if own_workload else HISTORY_JOBS
-    return _prior(jobs, settings)
-
-
-def _tune_record(
-    settings: dict[str, Any], episodes: int, seed: int, candidates: Sequence[float]
+def tuning_record(
+    settings: dict[str, Any],
+    episodes: int = TUNE_EPISODES,
+    seed: int = 0,
+    candidates: Sequence[float] = MISS_COSTS,
 ) -> dict[str, Any]:
-    """What a tuning of ``miss_cost`` was done on (:func:`tune_miss_cost`'s arguments)."""
+    """The ``fitted_on`` of a tuning of ``miss_cost`` on the history of a cluster of
+    ``settings``: ``episodes`` train episodes per workload of :data:`HISTORY_JOBS` and load
+    of :data:`HISTORY_LOADS` (base seed ``seed``) for each price of ``candidates``."""
     return {
         **_record(settings, HISTORY_JOBS, HISTORY_SPLIT, HISTORY_LOADS, episodes, seed),
         "candidates": [float(v) for v in candidates],
     }
 
 
-def tune_miss_cost(
-    settings: dict[str, Any],
-    episodes: int = TUNE_EPISODES,
-    seed: int = 0,
-    candidates: Sequence[float] = MISS_COSTS,
-) -> dict[str, Any]:
-    """``hedge``'s price of a miss chosen on the history of a cluster of ``settings``: for
-    each workload of :data:`HISTORY_JOBS` and load of :data:`HISTORY_LOADS`, ``episodes``
-    train episodes (base seed ``seed``) played by ``hedge:miss_cost=m`` for each ``m`` of
-    ``candidates`` (the cluster's deadline prior and the flow model, every other knob at
-    its default), paired.  The first candidate is kept unless another one's completion
-    rate minus its, over all those episodes, has its 95 % t-interval above zero (then the
-    one with the largest lead).  Returns the record :data:`SHIPPED_CHOICES` holds:
-    ``fitted_on``, ``leads`` (per candidate after the first: the mean lead and its
-    half-width, overall and per workload and load) and ``miss_cost``."""
-    from mara_agents.baselines.hedge import Hedge
-    from mara_agents.evaluation.runner import episode_seed
-    from mara_agents.evaluation.stats import mean_ci
-    from mara_env.schedulers import run_episode
-
-    traces = load_traces(settings.get("traces"), split=HISTORY_SPLIT)
-    planners = [Hedge(miss_cost=float(m)) for m in candidates]
-    rates: dict[tuple[str, float], np.ndarray] = {}
-    for job in HISTORY_JOBS:
-        for load in HISTORY_LOADS:
-            config = ClusterConfig(
-                **settings, split=HISTORY_SPLIT, load=load, jobs=None if job == "none" else job
-            )
-            seeds = [episode_seed(seed, load, i) for i in range(episodes)]
-            rates[job, load] = np.array(
-                [
-                    [run_episode(h, config, traces, s)["completion_rate"] for s in seeds]
-                    for h in planners
-                ]
-            )
-    every = np.concatenate(list(rates.values()), axis=1)
-    leads: dict[str, Any] = {}
-    chosen, best = float(candidates[0]), 0.0
-    for c in range(1, len(candidates)):
-        mean, half = mean_ci(every[c] - every[0])
-        parts = {
-            f"{job}@{load:g}": [round(v, 4) for v in mean_ci(r[c] - r[0])]
-            for (job, load), r in rates.items()
-        }
-        leads[f"{float(candidates[c]):g}"] = {"all": [round(mean, 4), round(half, 4)], **parts}
-        if mean - half > 0 and mean > best:
-            chosen, best = float(candidates[c]), mean
-    return {
-        "fitted_on": _tune_record(settings, episodes, seed, candidates),
-        "leads": leads,
-        "miss_cost": chosen,
-    }
-
-
 def shipped_choices(path: Path = SHIPPED_CHOICES) -> list[dict[str, Any]]:
-    """The tunings shipped in ``path`` (a JSON list of :func:`tune_miss_cost` records)."""
-    return json.loads(path.read_text())
+    """The tunings in ``path`` (a JSON list of records of ``mara history fit``: their
+    ``fitted_on`` (:func:`tuning_record`), ``leads`` and ``miss_cost``)."""
+    return json.loads(Path(path).read_text())
 
 
 def write_choices(records: Sequence[dict[str, Any]], path: Path = SHIPPED_CHOICES) -> None:
-    """Write :func:`tune_miss_cost` ``records`` to ``path``, each replacing every record
-    there of the same history settings (whatever its candidates, episodes or seed: a
-    superseded tuning, which the reader no longer matches, is not left behind)."""
+    """Write tuning ``records`` to ``path`` (atomically), each replacing every record there
+    of the same history settings (whatever its candidates, episodes or seed: a superseded tuning,
+    which the reader no longer matches, is not left behind)."""
+    path = Path(path)
     new = [r["fitted_on"]["cluster"] for r in records]
     old = shipped_choices(path) if path.exists() else []
     kept = [r for r in old if r["fitted_on"]["cluster"] not in new]
-    path.write_text(json.dumps(kept + list(records), indent=1) + "\n")
+    atomic_write(path, (json.dumps(kept + list(records), indent=1) + "\n").encode())
+
+
+class HistoryError(ValueError):
+    """A cluster's history lacks what a run needs (its price of a miss is not tuned), or a
+    history file is not one."""
+
+
+def _tunings(path: Path) -> list[dict[str, Any]]:
+    """The tuning records of a history file, each with its ``fitted_on`` and a price;
+    :class:`HistoryError` naming the file otherwise."""
+    try:
+        records = shipped_choices(path)
+        ok = isinstance(records, list) and all(
+            isinstance(r, dict) and isinstance(r.get("fitted_on"), dict) and "miss_cost" in r
+            for r in records
+        )
+    except (OSError, ValueError) as exc:
+        raise HistoryError(f"{path}: cannot be read as a history file ({exc})") from None
+    if not ok:
+        raise HistoryError(
+            f"{path}: expected a JSON list of tunings (each with fitted_on and miss_cost), as "
+            "`mara history fit --out` writes"
+        )
+    return records
 
 
 @functools.lru_cache(maxsize=16)
-def _miss_cost(settings_json: str) -> float:
-    settings = json.loads(settings_json)
-    want = _tune_record(settings, TUNE_EPISODES, 0, MISS_COSTS)
-    for record in shipped_choices():
-        if record["fitted_on"] == want:
-            return float(record["miss_cost"])
-    log.warning(
-        "hedge: tuning miss_cost on this cluster's history (%s), once per process: about 3 minutes",
-        settings or "default settings",
-    )
-    return tune_miss_cost(settings)["miss_cost"]
+def _miss_cost(key: str, files: tuple[str, ...]) -> float | None:
+    want = tuning_record(json.loads(key))
+    for path in (SHIPPED_CHOICES, *files):
+        for record in _tunings(Path(path)):
+            if record["fitted_on"] == want:
+                return float(record["miss_cost"])
+    return None
 
 
-def cluster_miss_cost(config: ClusterConfig) -> float:
-    """``hedge``'s price of a miss on ``config``'s cluster, tuned on its history
-    (:func:`history_settings`): the shipped tuning where one was done on that history,
-    else :func:`tune_miss_cost` (once per process and history)."""
-    return _miss_cost(json.dumps(history_settings(config), sort_keys=True))
+@dataclass(frozen=True, eq=False)
+class ClusterHistory:
+    """What a cluster's history says: built once by whoever starts a run (:meth:`of`), then
+    handed to the schedulers and the policy that read it (``use_history``), which never
+    fit or tune one themselves."""
+
+    key: str  # the history settings it was drawn under (:func:`history_key`)
+    jobs: str  # the workload its episodes run (``none``: synthetic)
+    prior: DeadlinePrior  # fitted on both shipped workloads' train tasks (``prior=cluster``)
+    workload_prior: DeadlinePrior  # on those of ``jobs`` alone (``prior=workload``)
+    miss_cost: float | None  # hedge's price of a miss tuned on it; None: not tuned
+
+    @classmethod
+    def of(cls, config: ClusterConfig, files: Sequence[str | Path] = ()) -> ClusterHistory:
+        """``config``'s cluster's history: the shipped prior where one was fitted on it,
+        else a fit (once per process); the price of :data:`SHIPPED_CHOICES` or of the
+        tuning ``files`` (``mara history fit --out``) that hold it, else None."""
+        key, jobs = history_key(config), config.jobs or "none"
+        return cls(
+            key=key,
+            jobs=jobs,
+            prior=_prior(HISTORY_JOBS, key),
+            workload_prior=_prior((jobs,), key),
+            miss_cost=_miss_cost(key, tuple(str(f) for f in files)),
+        )
+
+    def describes(self, config: ClusterConfig) -> bool:
+        """Whether this is the history of ``config``'s cluster and workload."""
+        return self.key == history_key(config) and self.jobs == (config.jobs or "none")
+
+    def price(self) -> float:
+        """The tuned price of a miss; :class:`HistoryError` naming the command that tunes
+        it where there is none."""
+        if self.miss_cost is None:
+            raise HistoryError(
+                f"the cluster {self.key} has no tuned price of a miss (hedge's miss_cost="
+                f"{CLUSTER!r}): run `mara history fit --cluster FILE --out HISTORY.json` "
+                "once and pass --history HISTORY.json"
+            )
+        return self.miss_cost

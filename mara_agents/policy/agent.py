@@ -9,7 +9,6 @@ registry calls for ``mara=POLICY.pt`` specs.
 from __future__ import annotations
 
 import dataclasses
-import json
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +16,7 @@ import numpy as np
 
 from flow_predictor.model import single_threaded
 from flow_predictor.remaining import FLOW_SAMPLES
+from mara_agents.planning.history import ClusterHistory, history_key
 from mara_agents.policy.features import (
     FeatureSettings,
     TeacherPlan,
@@ -47,7 +47,8 @@ class MaraAgent:
     builds the env so), acting with the trained weights on as many slots as the env has.
     On a cluster whose users are not those it was trained among (other history settings,
     such as another deadline model), its features read the deadline prior of that
-    cluster's own history, as ``hedge`` does.
+    cluster's own history, as ``hedge`` does: the history handed in (:meth:`use_history`)
+    by whoever runs the episodes, else the one each episode's cluster has.
     """
 
     def __init__(
@@ -63,8 +64,26 @@ class MaraAgent:
         self._rounds: Any = None
         self._index: dict[str, int] = {}
         self._actions: list[int] = []
-        # the feature settings on each cluster's history settings (JSON) acted on so far
+        # the feature settings on each cluster's history (its key) acted on so far
         self._on_cluster: dict[str, FeatureSettings] = {}
+        self.history: ClusterHistory | None = None
+
+    @property
+    def reads_history(self) -> bool:
+        """Whether its features read the cluster's history (a deadline prior)."""
+        features = self.policy.features
+        return features is not None and bool(features.deadline_prior)
+
+    @property
+    def needs_price(self) -> bool:
+        """Whether its teacher's plan reads the cluster's tuned price of a miss."""
+        features = self.policy.features
+        return features is not None and TeacherPlan.from_spec(features.teacher).prices_by_cluster
+
+    def use_history(self, history: ClusterHistory) -> None:
+        """Act with ``history`` (built once by whoever runs the episodes) from the next
+        episode on."""
+        self.history = history
 
     @property
     def _wrapper_options(self) -> dict[str, Any] | None:
@@ -95,22 +114,26 @@ class MaraAgent:
     def _features_on(self, config: ClusterConfig) -> FeatureSettings | None:
         """The policy's feature settings on ``config``'s cluster: those it was trained with
         where the cluster's history settings are those of its training env, else with the
-        deadline prior of the cluster's own history
-        (:func:`~mara_agents.planning.history.cluster_prior`) and, where its teacher prices
-        a miss by that history, the cluster's price
-        (:func:`~mara_agents.planning.history.cluster_miss_cost`)."""
+        deadline prior of the cluster's history (:attr:`ClusterHistory.prior`) and, where
+        its teacher prices a miss by that history, its price."""
         features = self.policy.features
         if features is None or not features.deadline_prior:
             return features
-        from mara_agents.planning.history import cluster_prior, history_settings
-
         if not self._on_cluster:  # the settings it was trained among: as recorded
             trained = ClusterConfig.from_dict(dict(self.policy.meta.get("env") or {}))
-            self._on_cluster[json.dumps(history_settings(trained), sort_keys=True)] = features
-        key = json.dumps(history_settings(config), sort_keys=True)
+            self._on_cluster[history_key(trained)] = features
+        key = history_key(config)
         if key not in self._on_cluster:
-            fields = prior_fields(cluster_prior(config))
-            fields.update(history_fields(TeacherPlan.from_spec(features.teacher), config))
+            history = self.history
+            if history is None:
+                history = ClusterHistory.of(config)
+            elif history.key != key:
+                raise ValueError(
+                    f"mara: handed the history of cluster {history.key}, but the episode "
+                    f"runs on {key}"
+                )
+            fields = prior_fields(history.prior)
+            fields.update(history_fields(TeacherPlan.from_spec(features.teacher), history))
             self._on_cluster[key] = dataclasses.replace(features, **fields)
         return self._on_cluster[key]
 

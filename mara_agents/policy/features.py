@@ -30,7 +30,7 @@ from typing import Any, ClassVar
 import numpy as np
 from pettingzoo import AECEnv
 
-from flow_predictor.deadline_prior import HISTORY, DeadlinePrior
+from flow_predictor.deadline_prior import DeadlinePrior
 from flow_predictor.remaining import FLOW_SAMPLES, RemainingWorkPredictor
 from flow_predictor.wrapper import (
     FLOW_DEADLINE,
@@ -41,8 +41,9 @@ from flow_predictor.wrapper import (
     make_predictor,
 )
 from mara_agents.planning.hedge_rule import HedgeParams, plan_counts
-from mara_agents.planning.history import cluster_miss_cost, cluster_prior
+from mara_agents.planning.history import ClusterHistory
 from mara_agents.planning.share_rule import FlowShareParams, want_and_count
+from mara_agents.planning.specs import parse_value
 from mara_env.cluster_env import env as make_aec_env
 from mara_env.config import ClusterConfig
 
@@ -54,14 +55,6 @@ FEATURE_OPTIONS = ("deadline_prior", "teacher")
 ADDED_FEATURES = PREDICTION_FEATURES + PLAN_FEATURES
 # the schedulers whose plan a policy can read, and their knobs
 TEACHERS: dict[str, type] = {"flow_share": FlowShareParams, "hedge": HedgeParams}
-
-
-def _number(text: str) -> int | float:
-    """A knob's value from its spec text: an int, else a float."""
-    try:
-        return int(text)
-    except ValueError:
-        return float(text)
 
 
 @dataclass(frozen=True)
@@ -77,7 +70,9 @@ class TeacherPlan:
 
     @classmethod
     def from_spec(cls, spec: str) -> TeacherPlan:
-        """The plan of ``NAME[:key=value...]``, ``NAME`` one of :data:`TEACHERS`."""
+        """The plan of the scheduler spec ``NAME[:key=value...]`` (the grammar of
+        :mod:`mara_agents.planning.specs`), ``NAME`` one of :data:`TEACHERS` and each key a
+        field of its ``*Params``, which checks the value."""
         name, *params = spec.split(":")
         if name not in TEACHERS:
             raise ValueError(f"teacher {spec!r}: expected one of {list(TEACHERS)}")
@@ -87,14 +82,11 @@ class TeacherPlan:
             key, eq, text = p.partition("=")
             if not eq or key not in known:
                 raise ValueError(f"teacher {spec!r}: {p!r}; expected key=value, a key of {known}")
-            if name == "hedge" and key == "miss_cost" and text == HISTORY:
-                kwargs[key] = text  # the price tuned on the cluster's history
-                continue
-            try:
-                kwargs[key] = _number(text)
-            except ValueError:
-                raise ValueError(f"teacher {spec!r}: {key}={text!r}; expected a number") from None
-        knobs = TEACHERS[name](**kwargs)
+            kwargs[key] = parse_value(text)
+        try:
+            knobs = TEACHERS[name](**kwargs)
+        except ValueError as exc:
+            raise ValueError(f"teacher {spec!r}: {exc}") from None
         if name == "hedge":
             return cls(name, FlowShareParams(), knobs)
         return cls(name, knobs)
@@ -108,10 +100,10 @@ class TeacherPlan:
         return ":".join([self.name, *written])
 
     @property
-    def prices_by_history(self) -> bool:
-        """Whether this is a hedge plan whose ``miss_cost`` is the cluster's history's
+    def prices_by_cluster(self) -> bool:
+        """Whether this is a hedge plan whose ``miss_cost`` is the cluster's tuned price
         (resolved per cluster, :meth:`HedgeParams.on_cluster`)."""
-        return self.hedge is not None and self.hedge.miss_cost == HISTORY
+        return self.hedge is not None and self.hedge.prices_by_cluster
 
     @property
     def levels(self) -> tuple[float, ...]:
@@ -174,8 +166,8 @@ class FeatureSettings:
     samples: int = FLOW_SAMPLES
     deadline_prior: tuple[float, ...] = field(default=(), repr=False)
     deadline_windows: tuple[float, ...] = field(default=(), repr=False)
-    # what a hedge teacher's miss_cost=history is on the cluster these settings are for
-    # (:func:`~mara_agents.planning.history.cluster_miss_cost`); None for other teachers
+    # what a hedge teacher's miss_cost=cluster is on the cluster these settings are for
+    # (:attr:`~mara_agents.planning.history.ClusterHistory.miss_cost`); None for others
     miss_cost: float | None = None
     plan: TeacherPlan = field(init=False, repr=False, compare=False)
 
@@ -187,11 +179,11 @@ class FeatureSettings:
                 "(its quantiles and flow_spread fuse the prior with the flow model)"
             )
         object.__setattr__(self, "teacher", plan.spec)
-        tuned = plan.prices_by_history
+        tuned = plan.prices_by_cluster
         if tuned != (self.miss_cost is not None):
             raise ValueError(
                 f"teacher {plan.spec!r} with miss_cost={self.miss_cost!r}: expected the "
-                "cluster's price exactly when the teacher's miss_cost is 'history'"
+                "cluster's price exactly when the teacher's miss_cost is 'cluster'"
             )
         if tuned:
             plan = dataclasses.replace(plan, hedge=plan.hedge.on_cluster(self.miss_cost))
@@ -214,40 +206,39 @@ class FeatureSettings:
 
 
 def feature_settings(
-    wrapper: str, options: dict[str, Any] | None = None, cluster: ClusterConfig | None = None
+    wrapper: str, options: dict[str, Any] | None = None, history: ClusterHistory | None = None
 ) -> FeatureSettings | None:
     """The settings of ``wrapper``'s features built with ``options`` (None for ``none``):
     ``flow`` and ``wls`` read flow_share's plan; ``flow+deadline`` hedge's (the spec of
     ``options["teacher"]``, default :data:`HEDGE_TEACHER`), with the deadline prior of
-    ``options["deadline_prior"]`` (a file), else that of the ``cluster``'s own history
-    (:func:`~mara_agents.planning.history.cluster_prior`; default settings: the shipped
-    file), the prior hedge plans on there, and a ``miss_cost=history`` teacher's price on
-    that history (:func:`history_fields`)."""
+    ``options["deadline_prior"]`` (a file), else that of the cluster's ``history`` (None:
+    the default cluster's, the shipped files), and a ``miss_cost=cluster`` teacher's price
+    on that history (:func:`history_fields`)."""
     if wrapper == "none":
         return None
     options = options or {}
     samples = int(options.get("n_samples", FLOW_SAMPLES))
     if wrapper != FLOW_DEADLINE:
         return FeatureSettings(SHARE_TEACHER, samples)
+    history = history or ClusterHistory.of(ClusterConfig())
     if options.get("deadline_prior") is not None:
         prior = DeadlinePrior.load(options["deadline_prior"])
     else:
-        prior = cluster_prior(cluster or ClusterConfig())
+        prior = history.prior
     teacher = TeacherPlan.from_spec(options.get("teacher", HEDGE_TEACHER))
     if teacher.hedge is None:
         raise ValueError(f"wrapper {wrapper!r}: teacher {teacher.spec!r}; expected a hedge spec")
     return FeatureSettings(
-        teacher.spec, samples, **prior_fields(prior), **history_fields(teacher, cluster)
+        teacher.spec, samples, **prior_fields(prior), **history_fields(teacher, history)
     )
 
 
-def history_fields(teacher: TeacherPlan, cluster: ClusterConfig | None) -> dict[str, float]:
-    """``miss_cost``, the price a hedge ``teacher``'s ``miss_cost=history`` is on
-    ``cluster``'s history (default settings where None), for :class:`FeatureSettings`;
-    empty for other teachers."""
-    if not teacher.prices_by_history:
+def history_fields(teacher: TeacherPlan, history: ClusterHistory) -> dict[str, float]:
+    """``miss_cost``, the price a hedge ``teacher``'s ``miss_cost=cluster`` is on
+    ``history``, for :class:`FeatureSettings`; empty for other teachers."""
+    if not teacher.prices_by_cluster:
         return {}
-    return {"miss_cost": cluster_miss_cost(cluster or ClusterConfig())}
+    return {"miss_cost": history.price()}
 
 
 def prior_fields(prior: DeadlinePrior) -> dict[str, tuple[float, ...]]:
@@ -276,13 +267,16 @@ def wrap(
     options: dict[str, Any] | None = None,
     predictor: RemainingWorkPredictor | None = None,
     settings: FeatureSettings | None = None,
+    history: ClusterHistory | None = None,
 ) -> AECEnv:
     """``env`` with a policy's features per slot: ``flow`` (shipped model), ``flow+deadline``,
     ``wls``, or ``none``; ``predictor``: the one :func:`policy_predictor` built for them
     (else built now);
     ``settings``: those of the features (default: :func:`feature_settings` of the options
-    on ``env``'s cluster)."""
-    settings = settings or feature_settings(wrapper, options, env.unwrapped.engine.config)
+    on ``history``, else on that of ``env``'s cluster)."""
+    if settings is None and wrapper == FLOW_DEADLINE and history is None:
+        history = ClusterHistory.of(env.unwrapped.engine.config)
+    settings = settings or feature_settings(wrapper, options, history)
     if predictor is None and settings is not None:
         predictor = policy_predictor(wrapper, options, settings.samples)
     if predictor is None or settings is None:
@@ -293,13 +287,15 @@ def wrap(
 def make_wrapped_env(
     env_config: dict[str, Any], predictor: RemainingWorkPredictor | None = None
 ) -> AECEnv:
-    """The AEC env for ``{"cluster": {...}, "wrapper": ..., "wrapper_options": {...}}``
-    (``predictor``: the one :func:`policy_predictor` built for its wrapper, else built
-    now)."""
+    """The AEC env for ``{"cluster": {...}, "wrapper": ..., "wrapper_options": {...},
+    "history": ClusterHistory}`` (``predictor``: the one :func:`policy_predictor` built for
+    its wrapper, else built now; ``history``: the cluster's, built by whoever starts the
+    run, else read here)."""
     cluster = ClusterConfig.from_dict(dict(env_config.get("cluster", {})))
     return wrap(
         make_aec_env(config=cluster),
         env_config.get("wrapper", "none"),
         env_config.get("wrapper_options"),
         predictor,
+        history=env_config.get("history"),
     )

@@ -47,7 +47,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from mara_agents.policy.features import ADDED_FEATURES
-from mara_env.cluster_env import CAP_SCALE, NODE_FEATURES, QUEUE_FEATURES, SLOT_FEATURES
+from mara_env.engine import CAP_SCALE, NODE_FEATURES, QUEUE_FEATURES, SLOT_FEATURES
 
 # Very negative but finite: exp() underflows to exactly 0 and 0 * logit stays 0 (no NaN).
 MASKED_LOGIT = -1e9

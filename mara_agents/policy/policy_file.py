@@ -12,7 +12,7 @@ A policy file is ``torch.save`` of a plain dict (loaded with ``weights_only=True
      "flow_samples": <flow samples per task behind the features> | None,
      "deadline_prior": [...the deadline prior's log ratios...] | None,
      "deadline_windows": [...its log windows, where it has them...] | None,
-     "teacher_miss_cost": <the price of a miss a teacher's miss_cost=history was> | None}
+     "teacher_miss_cost": <the price of a miss a teacher's miss_cost=cluster was> | None}
 
 ``teacher`` (e.g. ``hedge:confidence=0.05:flow_spread=2.0:quantiles=256``), ``flow_samples``,
 ``deadline_prior``, ``deadline_windows`` and ``teacher_miss_cost`` are the
@@ -43,19 +43,22 @@ import numpy as np
 import torch
 
 from flow_predictor.deadline_prior import DeadlinePrior
+from flow_predictor.remaining import FLOW_SAMPLES
 from flow_predictor.wrapper import FLOW_DEADLINE, WRAPPERS
 from mara_agents.planning.hedge_rule import HedgeParams
+from mara_agents.planning.history import ClusterHistory
 from mara_agents.planning.share_rule import FlowShareParams
 from mara_agents.policy.features import (
     ADDED_FEATURES,
+    SHARE_TEACHER,
     FeatureSettings,
     TeacherPlan,
     feature_settings,
     prior_fields,
 )
 from mara_agents.policy.network import MaraNet, ModelConfig, ObsLayout
-from mara_env.cluster_env import NODE_FEATURES, QUEUE_FEATURES, SLOT_FEATURES
 from mara_env.config import ClusterConfig
+from mara_env.engine import NODE_FEATURES, QUEUE_FEATURES, SLOT_FEATURES
 
 FORMAT = "mara-policy"
 # 2: the env's slot rows gained nodes_pending and the wrapper's pred_share (v1 files, whose
@@ -76,13 +79,15 @@ class PolicyFileError(ValueError):
 def save_policy(
     net: MaraNet, out: str | Path, env_config: dict[str, Any], source: str = ""
 ) -> Path:
-    """Write ``net`` as a policy file; ``env_config`` as given to the RLlib env creator."""
+    """Write ``net`` as a policy file; ``env_config`` as given to the RLlib env creator (its
+    ``history``: the cluster's, else read here)."""
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     wrapper = env_config.get("wrapper", "none")
     options = env_config.get("wrapper_options") or {}
     cluster = ClusterConfig.from_dict(dict(env_config.get("cluster") or {}))
-    settings = feature_settings(wrapper, options, cluster)
+    history = env_config.get("history") or ClusterHistory.of(cluster)
+    settings = feature_settings(wrapper, options, history)
     prior = None if settings is None else settings.deadline_prior
     windows = None if settings is None else settings.deadline_windows
     data = {
@@ -128,8 +133,7 @@ def feature_settings_of(path: str | Path, data: dict[str, Any]) -> FeatureSettin
     features were computed with (None without a wrapper); a flow checkpoint other than the
     recorded one is a :class:`PolicyFileError` (its features would mean something else)."""
     wrapper, options = data["wrapper"], data.get("wrapper_options") or {}
-    default = feature_settings(wrapper, options)
-    if default is None:
+    if wrapper == "none":
         return None
     try:
         digest = _predictor_digest(wrapper, options)
@@ -142,8 +146,9 @@ def feature_settings_of(path: str | Path, data: dict[str, Any]) -> FeatureSettin
             f"its wrapper_options name has {digest!r}; retrain the policy, or use the "
             "predictor it was trained with"
         )
-    samples = data.get("flow_samples") or default.samples
+    samples = data.get("flow_samples") or int(options.get("n_samples", FLOW_SAMPLES))
     teacher = data.get("teacher") or teacher_of_old_header(path, data, samples)
+    teacher = None if teacher is None else recorded_teacher(teacher)
     missing = [] if teacher is not None else ["teacher"]
     if wrapper in FLOW_WRAPPERS:
         missing += [] if recorded is not None else ["predictor_sha256"]
@@ -152,11 +157,12 @@ def feature_settings_of(path: str | Path, data: dict[str, Any]) -> FeatureSettin
     if missing:
         warnings.warn(
             f"{path}: the policy file does not record its {missing} (written before they were "
-            f"recorded): its predictor features are computed with {default}",
+            f"recorded): its predictor features are computed with teacher "
+            f"{teacher or SHARE_TEACHER!r} and {samples} flow samples",
             stacklevel=3,
         )
     if wrapper != FLOW_DEADLINE:
-        return _settings(path, teacher or default.teacher, samples, (), ())
+        return _settings(path, teacher or SHARE_TEACHER, samples, (), ())
     prior, windows = data.get("deadline_prior"), data.get("deadline_windows")
     try:  # a flow+deadline policy acts with the prior it was trained with
         x = None if windows is None else np.asarray(windows, np.float64)
@@ -172,7 +178,7 @@ def feature_settings_of(path: str | Path, data: dict[str, Any]) -> FeatureSettin
             "'hedge' knobs of files written before it); the file records neither"
         )
     miss_cost = data.get("teacher_miss_cost")
-    if miss_cost is None and _prices_by_history(teacher):
+    if miss_cost is None and _prices_by_cluster(teacher):
         raise PolicyFileError(
             f"{path}: teacher {teacher!r} prices a miss by its cluster's history, but the "
             "file does not record the price it was trained with ('teacher_miss_cost')"
@@ -180,13 +186,25 @@ def feature_settings_of(path: str | Path, data: dict[str, Any]) -> FeatureSettin
     return _settings(path, teacher, samples, **prior_fields(fitted), miss_cost=miss_cost)
 
 
-def _prices_by_history(teacher: str) -> bool:
-    """Whether ``teacher`` is a hedge spec whose ``miss_cost`` is ``history`` (a spec that
+def _prices_by_cluster(teacher: str) -> bool:
+    """Whether ``teacher`` is a hedge spec whose ``miss_cost`` is ``cluster`` (a spec that
     does not parse: False, :func:`_settings` names its defect)."""
     try:
-        return TeacherPlan.from_spec(teacher).prices_by_history
+        return TeacherPlan.from_spec(teacher).prices_by_cluster
     except ValueError:
         return False
+
+
+def recorded_teacher(spec: str) -> str:
+    """A teacher spec as a file records it, in today's words: a hedge teacher's
+    ``miss_cost=history`` is ``miss_cost=cluster``, and a hedge spec without ``miss_cost``
+    was written while a miss was charged its nodes to the deadline (1) by default."""
+    name, *params = spec.split(":")
+    if name != "hedge":
+        return spec
+    keys = [p.partition("=")[0] for p in params]
+    params = ["miss_cost=cluster" if p == "miss_cost=history" else p for p in params]
+    return ":".join([name, *params, *([] if "miss_cost" in keys else ["miss_cost=1.0"])])
 
 
 def _settings(
@@ -223,7 +241,7 @@ def teacher_of_old_header(path: str | Path, data: dict[str, Any], samples: int) 
                 raise ValueError(f"hedge's {key} was removed; only {key}={inert!r} can be read")
         if rule not in (None, FlowShareParams()):
             raise ValueError(f"a hedge teacher reads the share rule's defaults, not {share!r}")
-        knobs = HedgeParams(**{"quantiles": samples, **hedge})
+        knobs = HedgeParams(**{"quantiles": samples, "miss_cost": 1.0, **hedge})
     except (TypeError, ValueError) as exc:
         raise PolicyFileError(
             f"{path}: 'flow_share' {share!r} and 'hedge' {hedge!r} are not a teacher: {exc}"

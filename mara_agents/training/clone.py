@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import multiprocessing
 import os
@@ -23,6 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from mara_agents.planning.history import ClusterHistory
 from mara_agents.policy.features import make_wrapped_env
 from mara_agents.policy.network import MASKED_LOGIT, MaraNet, ObsLayout, model_config_from
 from mara_agents.policy.policy_file import warm_start_weights
@@ -150,8 +152,14 @@ def collect_demonstrations(
 
     ``workers`` processes (default: one per core, at most one per seed) each play a run of
     consecutive seeds; the arrays are joined in seed order, so the data do not depend on
-    ``workers`` (every episode is seeded on its own).
+    ``workers`` (every episode is seeded on its own).  The cluster's history is built here,
+    once, where ``exp`` does not hold it and its teacher or features read one, and handed
+    to every worker.
     """
+    from mara_agents.evaluation.runner import history_readers
+
+    if exp.history is None and history_readers(exp.schedulers):
+        exp = dataclasses.replace(exp, history=ClusterHistory.of(exp.env))
     workers = min(len(seeds), workers or os.cpu_count() or 1)
     if workers <= 1:
         return _collect(exp, seeds, policy)
@@ -166,14 +174,15 @@ def _collect(
     exp: Experiment, seeds: Sequence[int], policy: MaraNet | None
 ) -> dict[str, np.ndarray]:
     """:func:`collect_demonstrations` in this process."""
-    from mara_agents.evaluation.registry import make_scheduler
+    from mara_agents.evaluation.runner import build
     from mara_env.round_env import play_episode
     from mara_env.schedulers import SchedulerAgent
 
-    env = make_wrapped_env(exp.env_config())
+    config = exp.env_config()
+    env = make_wrapped_env(config)
     layout = env_layout(env)
     # The spec was checked when the experiment was parsed.
-    teacher = SchedulerAgent(make_scheduler(exp.pretrain.scheduler))
+    teacher = SchedulerAgent(build(exp.pretrain.scheduler, exp.history))
     consistent = exp.pretrain.dagger_labels == "consistent"
     agent = _Demonstrator(teacher, layout, policy, consistent)
     targets = []

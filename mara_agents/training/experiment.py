@@ -7,8 +7,9 @@ they may come from a base file)::
     name: mara                # run name: the directory OUT/<name> (letters, digits, . _ -)
     seed: 0                   # RLlib seed (env runners derive theirs from it)
     env: {...}                # ClusterConfig keys (mara_env.config.ClusterConfig)
-    wrapper: flow             # none | flow | wls: per-slot predictor features
-    wrapper_options: {...}    # keyword arguments of the predictor (FlowPredictor / WLSPredictor)
+    wrapper: flow             # none | flow | flow+deadline | wls: per-slot predictor features
+    wrapper_options: {...}    # keyword arguments of the predictor (FlowPredictor / WLSPredictor);
+                              # flow+deadline: also teacher (a hedge spec) and deadline_prior
     view: node                # node: one RLlib step per node decision (AEC env);
                               # round: one step per decision round of all nodes (RoundEnv)
     model: {...}              # ModelConfig keys (mara_agents.policy.network.ModelConfig)
@@ -45,6 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from flow_predictor.wrapper import FLOW_DEADLINE, WRAPPERS
+from mara_agents.planning.history import ClusterHistory
 from mara_agents.training.bases import read_with_bases
 from mara_agents.training.rules import (
     ANY,
@@ -185,6 +187,9 @@ class Experiment:
     advantage: AdvantageConfig = AdvantageConfig()
     warmup: WarmupConfig = WarmupConfig()
     path: str | None = None
+    # the cluster's history, built once by whoever starts the run (``mara train``) and
+    # handed to every env runner and teacher; None: read from ``env`` where one is read
+    history: ClusterHistory | None = field(default=None, repr=False, compare=False)
 
     def env_config(self) -> dict[str, Any]:
         """The ``env_config`` handed to :func:`mara_agents.training.rllib_env.env_creator`."""
@@ -194,11 +199,32 @@ class Experiment:
             "wrapper": self.wrapper,
             "wrapper_options": self.wrapper_options,
         }
+        history = self.history
+        if history is None and self.wrapper == FLOW_DEADLINE:  # its features read one
+            history = ClusterHistory.of(self.env)
+        if history is not None:
+            config["history"] = history
         if self.train_loads:
             config["loads"] = list(self.train_loads)
         if self.train_jobs:
             config["jobs"] = list(self.train_jobs)
         return config
+
+    @property
+    def teacher(self) -> str | None:
+        """The spec of the scheduler whose plan the features read (flow+deadline only)."""
+        if self.wrapper != FLOW_DEADLINE:
+            return None
+        from mara_agents.policy.features import HEDGE_TEACHER
+
+        return self.wrapper_options.get("teacher", HEDGE_TEACHER)
+
+    @property
+    def schedulers(self) -> list[str]:
+        """The specs of the schedulers this run plays: the features' teacher, and the one
+        the warm start clones."""
+        cloned = [self.pretrain.scheduler] if self.pretrain.clones else []
+        return [*([self.teacher] if self.teacher else []), *cloned]
 
     def tune_stop(self) -> dict[str, float]:
         """Stop criteria under Tune's result names."""
@@ -438,6 +464,27 @@ def _hedge_spec(value: Any) -> bool:
         return False
 
 
+def _check_teacher_agrees(
+    cloned: Any, spec: str, wrapper_options: dict[str, Any], where: str
+) -> None:
+    """A hedge that the warm start clones and that plans on the features' own predictions
+    (``flow+deadline`` on the cluster's prior) is the features' teacher: the same knobs in
+    ``pretrain.scheduler`` and ``wrapper_options.teacher``, one spec grammar for both."""
+    from mara_agents.planning.history import CLUSTER
+    from mara_agents.policy.features import HEDGE_TEACHER, TeacherPlan
+
+    teacher = wrapper_options.get("teacher", HEDGE_TEACHER)
+    own = getattr(cloned, "predictor", None) == FLOW_DEADLINE
+    if cloned.name != "hedge" or not own or cloned.prior_source != CLUSTER:
+        return  # another planner labels (a privileged or a workload-prior teacher)
+    if cloned.params != TeacherPlan.from_spec(teacher).hedge:
+        raise ConfigError(
+            f"{where}: pretrain.scheduler={spec!r} clones another hedge than the features' "
+            f"teacher, wrapper_options.teacher={teacher!r}; expected the same knobs in both "
+            "(write the one spec twice)"
+        )
+
+
 def _section(cls: type, values: Any, where: str) -> Any:
     """A dataclass from a checked mapping (lists become tuples)."""
     values = {k: tuple(v) if isinstance(v, list) else v for k, v in (values or {}).items()}
@@ -467,11 +514,13 @@ def parse_experiment(data: Any, where: str = "experiment") -> Experiment:
         from mara_agents.evaluation.registry import SpecError, make_scheduler
 
         try:
-            make_scheduler(pretrain.scheduler)
+            cloned = make_scheduler(pretrain.scheduler)
         except SpecError as err:
             raise ConfigError(
                 f"{where}: pretrain.scheduler={pretrain.scheduler!r}: {err}"
             ) from None
+        if wrapper == FLOW_DEADLINE:
+            _check_teacher_agrees(cloned, pretrain.scheduler, wrapper_options, where)
     model = _section(_model_config(), data.get("model"), f"{where}: model")
     if model.attention_layers and model.hidden % model.heads:
         raise ConfigError(

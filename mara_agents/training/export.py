@@ -18,7 +18,7 @@ from mara_agents.policy.network import MaraNet, ObsLayout, model_config_from
 from mara_agents.policy.policy_file import save_policy
 from mara_agents.training.experiment import Experiment
 from mara_agents.training.rl_module import SHARED_MODULE_ID, round_layout
-from mara_env.cluster_env import QUEUE_FEATURES
+from mara_env.engine import QUEUE_FEATURES
 
 # The weights a warm start's layout is read from (export_warm_start)
 WARM_START_KEYS = ("node_enc.0.weight", "critic_slot.0.weight")

@@ -120,9 +120,9 @@ def test_nodes_pending_counts_the_task_nodes_still_to_choose():
 def test_slots_are_the_schedulers_deadline_order():
     """One deadline order: the env's slots are ``edf_order``'s first K tasks (the same
     function, so ``pred_share`` keeps flow_share's round-robin order)."""
-    from mara_env import cluster_env, schedulers
+    from mara_env import engine, schedulers
 
-    assert cluster_env.edf_order is schedulers.edf_order
+    assert engine.edf_order is schedulers.edf_order
     e = raw_env(**{**SMALL, "num_slots": 3, "load": 3.0})
     e.reset(seed=2)
     rng = np.random.default_rng(0)

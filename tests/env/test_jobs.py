@@ -13,8 +13,8 @@ import pytest
 
 from mara_agents.cli import main
 from mara_env.cluster import ClusterSim
-from mara_env.cluster_env import ClusterEngine
 from mara_env.config import ClusterConfig, ConfigError
+from mara_env.engine import ClusterEngine
 from mara_env.job_logs import JobsError, parse_map, read_job_log, read_jobs, write_jobs
 from mara_env.replay import replay_day
 from mara_env.traces import hash_split, load_traces

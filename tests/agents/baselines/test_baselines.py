@@ -8,8 +8,8 @@ import pytest
 from flow_predictor.wls import fit_power_law
 from mara_agents.baselines import ALL_SCHEDULERS
 from mara_agents.baselines.lara import plan_allocation
-from mara_env.cluster_env import _cached_traces
 from mara_env.config import ClusterConfig
+from mara_env.engine import _cached_traces
 from mara_env.schedulers import SCHEDULERS, run_episode, ticks_needed
 
 

@@ -20,8 +20,8 @@ from mara_agents.planning.share_rule import (
     nodes_to_finish,
 )
 from mara_env.cluster import ClusterSim
-from mara_env.cluster_env import _cached_traces
 from mara_env.config import ClusterConfig
+from mara_env.engine import _cached_traces
 from mara_env.schedulers import Uniform, edf_order, run_episode
 from mara_env.traces import TraceSet, validate_traces
 

@@ -40,12 +40,12 @@ def test_chances_count_the_samples_that_finish() -> None:
     # 1 node does 2 (a cold tick), 2 nodes 4, 3 nodes 6.
     samples = np.array([[2.0, 4.0, 6.0, np.inf]])
     one = np.ones(1)
-    chance, cost = finish_chances(samples, 3 * one, np.array([4]), 0 * one, one, one)
+    chance, cost = finish_chances(samples, 3 * one, np.array([4]), 0 * one, one, one, 1.0)
     assert chance[0].tolist() == [0.0, 0.25, 0.5, 0.75, 0.75]
     # 2 nodes: work 2 done in 2 ticks, the others held for all 3
     assert cost[0, 2] == pytest.approx(2 * (2 + 3 + 3 + 3) / 4)
     two, twice = np.ones(2), np.vstack([samples, samples])
-    capped, _ = finish_chances(twice, 3 * two, np.array([4, 2]), 0 * two, two, two)
+    capped, _ = finish_chances(twice, 3 * two, np.array([4, 2]), 0 * two, two, two, 1.0)
     assert capped[1, 3:].tolist() == [0.0, 0.0]  # beyond the cap
     # miss_cost charges a sample that misses that share of the 3 ticks left: on 2 nodes
     # work 2 and 4 finish (2 and 3 ticks), 6 and inf miss (1.5 each); the chances stay
@@ -58,11 +58,15 @@ def test_admission_takes_the_most_chance_per_node_tick() -> None:
     # Two tasks due in 4 ticks on 2 nodes (cap 2), each needing both nodes: the first for
     # 3 ticks (work 4: 6 node-ticks), the second for all 4 (work 6: 8): the first is kept.
     one = np.ones(2)
-    plan = hedge_plan(np.array([[4.0], [6.0]]), 4 * one, np.array([2, 2]), 0 * one, one, one, 2)
+    plan = hedge_plan(
+        np.array([[4.0], [6.0]]), 4 * one, np.array([2, 2]), 0 * one, one, one, 2, 1.0
+    )
     assert plan.kept.tolist() == [True, False]
     assert plan.counts.tolist() == [2, 0]
     # 4 nodes: both fit, each at its cheapest deadline-meeting count
-    plan = hedge_plan(np.array([[4.0], [6.0]]), 4 * one, np.array([2, 2]), 0 * one, one, one, 4)
+    plan = hedge_plan(
+        np.array([[4.0], [6.0]]), 4 * one, np.array([2, 2]), 0 * one, one, one, 4, 1.0
+    )
     assert plan.counts.tolist() == [2, 2]
 
 
@@ -73,12 +77,14 @@ def test_steps_that_raise_a_chance_cheaply_come_first() -> None:
     # (0.17); A's next gain needs 3 more nodes, 1 is left: it goes to A up to its cap.
     one = np.ones(2)
     samples = np.array([[2.0, 8.0], [2.0, 4.0]])
-    plan = hedge_plan(samples, 3 * one, np.array([4, 2]), 0 * one, one, one, 4)
+    plan = hedge_plan(samples, 3 * one, np.array([4, 2]), 0 * one, one, one, 4, 1.0)
     assert plan.kept.tolist() == [True, True]
     assert plan.counts.tolist() == [2, 2]
     assert plan.chance[1, 2] == 1.0
     # a task below the confidence is not pursued
-    low = hedge_plan(samples[:1], 3 * one[:1], np.array([1]), 0 * one[:1], one[:1], one[:1], 4, 0.6)
+    low = hedge_plan(
+        samples[:1], 3 * one[:1], np.array([1]), 0 * one[:1], one[:1], one[:1], 4, 1.0, 0.6
+    )
     assert low.counts.tolist() == [0]
 
 
@@ -89,7 +95,16 @@ def test_urgency_serves_the_task_that_cannot_wait() -> None:
     # now or a tick later.  Plain hedge takes the most chance per node-tick, B, and A can
     # no longer finish; with urgency B's chance is not lost by waiting, so A is served.
     one = np.ones(2)
-    args = (np.array([[2.0], [1.0]]), np.array([2.0, 4.0]), np.array([2, 2]), 0 * one, one, one, 2)
+    args = (
+        np.array([[2.0], [1.0]]),
+        np.array([2.0, 4.0]),
+        np.array([2, 2]),
+        0 * one,
+        one,
+        one,
+        2,
+        1.0,
+    )
     plain, urgent = hedge_plan(*args), hedge_plan(*args, urgency=1.0)
     assert plain.counts.tolist() == [0, 2]  # B kept (and given the spare node), A starved
     assert urgent.counts.tolist() == [2, 0]  # A now; B waits a tick, still in time
@@ -101,12 +116,13 @@ def test_urgency_off_writes_the_teacher_spec_as_before() -> None:
     from mara_agents.planning.share_rule import FlowShareParams
     from mara_agents.policy.features import HEDGE_TEACHER, TeacherPlan
 
-    assert HEDGE_TEACHER == "hedge:confidence=0.05:flow_spread=2.0:quantiles=256"
+    plain = "hedge:confidence=0.05:flow_spread=2.0:quantiles=256"
+    assert HEDGE_TEACHER == f"{plain}:miss_cost=cluster"  # the one default: hedge's own
     on = TeacherPlan("hedge", FlowShareParams(), HedgeParams(urgency=0.5))
-    assert on.spec.endswith(":urgency=0.5")
+    assert ":urgency=0.5:" in on.spec
     assert TeacherPlan.from_spec(on.spec).hedge.urgency == 0.5  # reads back
     cheap = TeacherPlan("hedge", FlowShareParams(), HedgeParams(miss_cost=0.1))
-    assert cheap.spec == f"{HEDGE_TEACHER}:miss_cost=0.1"  # only when it differs from 1
+    assert cheap.spec == f"{plain}:miss_cost=0.1"
     assert TeacherPlan.from_spec(cheap.spec).hedge.miss_cost == 0.1
 
 
@@ -146,7 +162,7 @@ def test_exact_twin_meets_every_task_a_single_task_plan_meets() -> None:
         "hedge:predictor=deadline",
         "hedge:predictor=flow",
         "hedge:predictor=deadline:urgency=1",
-        "hedge:predictor=deadline:prior=history:urgency=1",
+        "hedge:predictor=deadline:prior=workload:urgency=1",
         "hedge:miss_cost=0.1",
         "hedge:predictor=task",
         "hedge:predictor=task-no-flow:urgency=1",
@@ -188,10 +204,12 @@ def test_whole_episodes_are_valid_and_deterministic(spec, episode_setup) -> None
         ("hedge:urgency=-0.5", "urgency=-0.5; expected a weight in [0, 1]"),
         ("hedge:miss_cost=1.5", "miss_cost=1.5; expected a share of the time left in [0, 1]"),
         ("hedge:miss_cost=histroy", "miss_cost='histroy'; expected a share of the time left"),
-        ("hedge:quantiles=2.5", "expected int"),
+        ("hedge:quantiles=2.5", "quantiles=2.5; expected a whole number"),
         ("hedge:predictor=flow:prior=p.json", "predictor='flow' uses none"),
         ("hedge:prior=/no/such/prior.json", "/no/such/prior.json: no such file"),
-        ("hedge:predictor=exact:prior=history", "predictor='exact' uses none"),
+        ("hedge:predictor=exact:prior=workload", "predictor='exact' uses none"),
+        ("hedge:prior=history", "prior='history' is renamed: write 'cluster'"),
+        ("hedge:miss_cost=history", "miss_cost='history' is renamed: write 'cluster'"),
     ],
 )
 def test_bad_options_are_one_line_errors(spec, words) -> None:
@@ -217,11 +235,11 @@ def test_the_deadline_informed_distribution_is_read_as_evenly_spaced_quantiles(
     assert (np.diff(samples, axis=1) >= 0).all()  # sorted: the quantiles, in order
 
 
-def test_prior_history_reads_each_workloads_own_history(episode_setup) -> None:  # noqa: F811
-    # prior=history: per episode the prior fitted on the train history of its workload
+def test_prior_workload_reads_each_workloads_own_history(episode_setup) -> None:  # noqa: F811
+    # prior=workload: per episode the prior fitted on the train history of its workload
     # under the cluster's settings (the shipped per-workload fits under the defaults)
     cfg, traces = episode_setup
-    scheduler = make_scheduler("hedge:predictor=deadline:prior=history:urgency=1")
+    scheduler = make_scheduler("hedge:predictor=deadline:prior=workload:urgency=1")
     for jobs in (None, "philly"):
         sim = ClusterSim(cfg, traces)
         sim.config = cfg.replace(jobs=jobs)  # only the settings are read
@@ -231,7 +249,7 @@ def test_prior_history_reads_each_workloads_own_history(episode_setup) -> None: 
         assert scheduler.prior.fitted_on["jobs"] == ["none" if jobs is None else jobs]
     # on the synthetic workload it plans as the synthetic history's file does
     synthetic = f"hedge:predictor=deadline:prior={HISTORY_PRIORS[None]}:urgency=1"
-    spec = "hedge:predictor=deadline:prior=history:urgency=1"
+    spec = "hedge:predictor=deadline:prior=workload:urgency=1"
     assert run_episode(make_scheduler(spec), cfg, traces, seed=3) == run_episode(
         make_scheduler(synthetic), cfg, traces, seed=3
     )
@@ -254,34 +272,49 @@ def test_default_prior_is_the_clusters_own_history(episode_setup) -> None:  # no
 
 
 def test_by_default_a_miss_is_priced_by_the_clusters_history(episode_setup) -> None:  # noqa: F811
-    from mara_agents.planning.history import cluster_miss_cost
+    from mara_agents.planning.history import ClusterHistory
 
     cfg, traces = episode_setup
-    assert make_scheduler("hedge").params.miss_cost == "history"
+    assert make_scheduler("hedge").params.miss_cost == "cluster"
     for config in (cfg, dataclasses.replace(cfg, deadline_model="unbiased")):
-        for spec, price in [
-            ("hedge", cluster_miss_cost(config)),
-            ("hedge:predictor=deadline", cluster_miss_cost(config)),
+        price = ClusterHistory.of(config).price()
+        for spec, planned in [
+            ("hedge", price),
+            ("hedge:predictor=deadline", price),
             ("hedge:miss_cost=0.5", 0.5),
-            ("hedge:predictor=exact", 1.0),  # chances of 0 or 1: a price never acts
+            ("hedge:predictor=exact", price),  # chances of 0 or 1: the price never acts
         ]:
             hedge = make_scheduler(spec)
             sim = ClusterSim(config, traces)
             sim.reset(np.random.default_rng(3))
             hedge.reset(sim, np.random.default_rng([3, 1]))
-            assert hedge.knobs.miss_cost == price, spec
+            assert hedge.planned.miss_cost == planned, spec
     # the default users' history prices it low, the unbiased users' at today's rule
-    assert cluster_miss_cost(cfg) == 0.1
-    assert cluster_miss_cost(dataclasses.replace(cfg, deadline_model="unbiased")) == 1.0
+    assert ClusterHistory.of(cfg).price() == 0.1
+    assert ClusterHistory.of(dataclasses.replace(cfg, deadline_model="unbiased")).price() == 1.0
+
+
+def test_a_handed_history_is_used_and_another_clusters_refused(episode_setup) -> None:  # noqa: F811
+    from mara_agents.planning.history import ClusterHistory
+
+    cfg, traces = episode_setup
+    unbiased = dataclasses.replace(cfg, deadline_model="unbiased")
+    hedge = make_scheduler("hedge:predictor=deadline")
+    hedge.use_history(ClusterHistory.of(unbiased))
+    assert run_episode(hedge, unbiased, traces, seed=2) == run_episode(
+        make_scheduler("hedge:predictor=deadline"), unbiased, traces, seed=2
+    )
+    with pytest.raises(ValueError, match="handed the history of cluster"):
+        run_episode(hedge, cfg, traces, seed=2)
 
 
 def test_the_rule_plans_only_on_a_resolved_price() -> None:
-    params = HedgeParams(miss_cost="history")
+    params = HedgeParams(miss_cost="cluster")
     assert params.on_cluster(0.1).miss_cost == 0.1
     assert HedgeParams(miss_cost=0.5).on_cluster(0.1).miss_cost == 0.5
     one = np.ones(1)
-    with pytest.raises(ValueError, match="miss_cost='history' is a price per cluster"):
+    with pytest.raises(ValueError, match="miss_cost='cluster' is a price per cluster"):
         plan_counts(np.ones((1, 4)), np.zeros(1, bool), one, one, one, one, one, 2, params)
     with_it = TeacherPlan("hedge", FlowShareParams(), params)
-    assert with_it.spec.endswith(":miss_cost=history")
+    assert with_it.spec.endswith(":miss_cost=cluster")
     assert TeacherPlan.from_spec(with_it.spec) == with_it

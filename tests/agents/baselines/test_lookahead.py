@@ -13,7 +13,7 @@ from mara_agents.baselines import ALL_SCHEDULERS
 from mara_agents.baselines.hedge import Hedge
 from mara_agents.baselines.lookahead import Lookahead
 from mara_agents.evaluation.registry import SpecError, make_scheduler
-from mara_agents.planning.hedge_rule import DEFAULTS, plan_counts
+from mara_agents.planning.hedge_rule import HedgeParams, plan_counts
 from mara_agents.planning.lookahead_rule import (
     Candidate,
     Futures,
@@ -26,6 +26,8 @@ from mara_agents.planning.lookahead_rule import (
 from mara_env.cluster import PENDING, ClusterSim
 from mara_env.schedulers import place, run_episode
 from tests.agents.baselines.test_rival_baselines import episode_setup  # noqa: F401 (fixture)
+
+PRICED = HedgeParams(miss_cost=1.0)  # hedge's knobs with a price of a miss set
 
 SPEC = "lookahead:predictor=deadline:candidates=3:futures=4:horizon=4"
 
@@ -47,7 +49,7 @@ def test_a_drop_the_futures_favour_is_chosen() -> None:
     one, left = np.ones(2), np.full(2, 6.0)
     samples = np.array([[2.0, 1000.0], [9.5, 1000.0]])
     unknown = np.zeros(2, bool)
-    counts, plan = plan_counts(samples, unknown, left, cap, warm, one, one, 2)
+    counts, plan = plan_counts(samples, unknown, left, cap, warm, one, one, 2, PRICED)
     assert counts.tolist() == [2, 0]
     others = alternatives(Candidate(), plan, cap, 2)
     assert others[0] == Candidate(drop=(0,))
@@ -55,7 +57,7 @@ def test_a_drop_the_futures_favour_is_chosen() -> None:
     every = np.arange(2)
     first = np.array(
         [
-            candidate_counts(c, every, samples, unknown, left, cap, warm, one, one, 2, DEFAULTS)
+            candidate_counts(c, every, samples, unknown, left, cap, warm, one, one, 2, PRICED)
             for c in candidates
         ]
     )
@@ -72,7 +74,7 @@ def test_a_drop_the_futures_favour_is_chosen() -> None:
         warm=np.tile(warm, (m, 1)),
     )
     params = LookaheadParams(candidates=3, horizon=6, futures=m)
-    values = rollout_values(candidates, first, futures, unknown, 2, 1.0, DEFAULTS, params)
+    values = rollout_values(candidates, first, futures, unknown, 2, 1.0, PRICED, params)
     assert values[0].tolist() == [0.0] * m
     assert values[1].tolist() == [1.0] * m
     pick = choose(values, params.margin)

@@ -17,8 +17,8 @@ from mara_agents.baselines.tiresias import Tiresias, parse_thresholds
 from mara_agents.evaluation.registry import SpecError, make_scheduler
 from mara_agents.evaluation.runner import run_spec
 from mara_env.cluster import ClusterSim
-from mara_env.cluster_env import _cached_traces
 from mara_env.config import ClusterConfig
+from mara_env.engine import _cached_traces
 from mara_env.schedulers import Scheduler, place, run_episode
 from mara_env.traces import TraceSet, validate_traces
 from mara_env.workload import Workload

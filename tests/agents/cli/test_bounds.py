@@ -35,6 +35,7 @@ BASE = {
     "curves": ["run", "--out", "c.png"],
     "live": ["jobs.yaml", "--out", "o"],
     "calibrate": ["run", "--out", "c.yaml"],
+    "history fit": ["--out", "h.json"],
 }
 
 
@@ -84,6 +85,8 @@ PATHS = [
     ("predictor deadline-prior", "--out"),
     ("predictor deadline-prior", "--cluster"),
     ("curves", "--csv"),
+    ("history fit", "--out"),
+    ("history fit", "--cluster"),
 ]
 
 

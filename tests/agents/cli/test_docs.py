@@ -4,10 +4,14 @@ code's, so a rename or a new default cannot leave them stale."""
 
 from __future__ import annotations
 
+import argparse
 import ast
+import functools
+import inspect
 import itertools
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -152,3 +156,96 @@ def test_quoted_slot_and_node_counts_are_the_shipped_policys_and_the_experiments
     counts = _quoted("docs/training.md", r"(\d+) visible slots")
     counts += _quoted("docs/training.md", r"`mara\.yaml` \|[^|\n]*?(\d+) slots")
     assert {int(k) for k in counts} == {first["num_slots"]} and first["num_nodes"] == nodes
+
+
+# A command line as docs write it: inline code, or a code block's lines (continued by "\").
+CODE_SPAN = re.compile(r"`([^`\n]+)`")
+FENCE = re.compile(r"```[^\n]*\n(.*?)```", re.S)
+MARA_COMMAND = re.compile(r"(?<![\w/.-])mara ([a-z][\w-]*)((?: [a-z][\w-]*)?)(.*)")
+OPTION = re.compile(r"(?<![\w-])(--[a-z][a-z0-9-]*)")
+# A spec's knobs as docs write them: hedge:confidence=0.05:miss_cost=cluster
+SPEC = re.compile(r"(?<![\w.=/-])([a-z_]+)((?::[a-z_]+=[^:\s,`'\")|]*)+)")
+
+
+def _command_lines(text: str) -> list[str]:
+    """Every ``mara COMMAND ...`` line of a doc's code: spans and code blocks."""
+    lines = CODE_SPAN.findall(FENCE.sub("", text))
+    for block in FENCE.findall(text):
+        lines += block.replace("\\\n", " ").splitlines()
+    return [line for line in lines if "mara " in line]
+
+
+def _options(parser: argparse.ArgumentParser) -> tuple[set[str], dict[str, Any]]:
+    """The option strings of ``parser`` and its sub-commands' parsers by name."""
+    options, subs = set(), {}
+    for action in parser._actions:
+        options |= {o for o in action.option_strings if o.startswith("--")}
+        if isinstance(action, argparse._SubParsersAction):
+            subs = dict(action.choices)
+    return options, subs
+
+
+@functools.cache
+def _command_options(command: str, sub: str) -> set[str] | None:
+    """The options ``mara COMMAND [SUB]`` takes (None: no such command)."""
+    from mara_agents.cli import COMMANDS, build_parser
+
+    if command not in COMMANDS:
+        return None
+    _, commands = _options(build_parser([command]))
+    options, subs = _options(commands[command])
+    if sub in subs:
+        options |= _options(subs[sub])[0]
+    return options | {"--help"}
+
+
+def test_every_option_a_doc_names_for_a_command_exists() -> None:
+    """``--option`` in a ``mara COMMAND ...`` line of any doc is an option of that command
+    (of its sub-command, where it has them), as its parser defines it."""
+    missing = []
+    for doc in DOCS:
+        for line in _command_lines(doc.read_text()):
+            for match in MARA_COMMAND.finditer(line):
+                command, sub, rest = match.group(1), match.group(2).strip(), match.group(3)
+                known = _command_options(command, sub)
+                if known is None:
+                    continue  # "mara live" in prose, a policy named mara, ...
+                rest = rest.split(" mara ")[0]
+                missing += [
+                    f"{doc.name}: mara {command} {opt}"
+                    for opt in OPTION.findall(rest)
+                    if opt not in known
+                ]
+    assert not missing, missing
+
+
+def _spec_keys(name: str) -> set[str] | None:
+    """The ``key=`` a built-in scheduler's spec takes (None: not a scheduler)."""
+    from dataclasses import fields
+
+    from mara_agents.baselines import ALL_SCHEDULERS
+    from mara_agents.baselines.hedge import Hedge
+    from mara_agents.planning.hedge_rule import HedgeParams
+
+    if name not in ALL_SCHEDULERS:
+        return None
+    keys = set()
+    for cls in (ALL_SCHEDULERS[name], *((Hedge,) if name == "lookahead" else ())):
+        params = inspect.signature(cls).parameters.values()
+        keys |= {p.name for p in params if p.kind is not p.VAR_KEYWORD}
+        if any(p.kind is p.VAR_KEYWORD for p in params):
+            keys |= {f.name for f in fields(HedgeParams)}
+    return keys
+
+
+def test_every_knob_a_doc_names_in_a_spec_exists() -> None:
+    """``key=`` in a ``NAME:key=value`` spec of a built-in scheduler is one of its knobs."""
+    unknown = []
+    for doc in DOCS:
+        for name, params in SPEC.findall(doc.read_text()):
+            keys = _spec_keys(name)
+            if keys is None:
+                continue
+            named = [p.partition("=")[0] for p in params.strip(":").split(":")]
+            unknown += [f"{doc.name}: {name}:{k}=" for k in named if k not in keys]
+    assert not unknown, unknown

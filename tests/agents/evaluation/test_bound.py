@@ -22,8 +22,8 @@ from mara_agents.evaluation.bound import (
 from mara_agents.evaluation.registry import make_scheduler
 from mara_agents.evaluation.stats import METRICS
 from mara_env.cluster import ACTIVE, ClusterSim
-from mara_env.cluster_env import _cached_traces
 from mara_env.config import ClusterConfig
+from mara_env.engine import _cached_traces
 from mara_env.schedulers import place, run_episode
 from mara_env.traces import TraceSet
 from mara_env.workload import Workload

@@ -1,10 +1,10 @@
 """A cluster's own history: which settings it is drawn under, the shipped files as the fits
 of the default settings, and fits for other settings (the same on every call); the price
-of a miss tuned on it (shipped tunings read, the choice rule, an unseen cluster tuned)."""
+of a miss tuned on it (shipped tunings read, the choice rule, an unseen cluster tuned once,
+in the parent, by the command or the harness)."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 
 import numpy as np
@@ -12,7 +12,8 @@ import pytest
 
 from flow_predictor.deadline_prior import HISTORY_PRIORS, SHIPPED_PRIOR, DeadlinePrior
 from mara_agents.planning.history import (
-    cluster_prior,
+    ClusterHistory,
+    HistoryError,
     fit_prior,
     history_settings,
     shipped_choices,
@@ -29,11 +30,11 @@ def test_history_settings_leave_out_the_episode_and_the_cluster_size() -> None:
 
 
 def test_the_shipped_files_are_the_fits_of_the_default_settings() -> None:
-    prior = cluster_prior(ClusterConfig(num_nodes=64, load=2.0))
+    prior = ClusterHistory.of(ClusterConfig(num_nodes=64, load=2.0)).prior
     shipped = DeadlinePrior.load(SHIPPED_PRIOR)
     assert prior.fitted_on == shipped.fitted_on
     np.testing.assert_array_equal(prior.log_ratios, shipped.log_ratios)
-    philly = cluster_prior(ClusterConfig(jobs="philly"), own_workload=True)
+    philly = ClusterHistory.of(ClusterConfig(jobs="philly")).workload_prior
     assert philly.fitted_on == DeadlinePrior.load(HISTORY_PRIORS["philly"]).fitted_on
     # and fitting the default history again gives the shipped file's values
     fitted = fit_prior({}, jobs=("none",))
@@ -45,10 +46,10 @@ def test_the_shipped_files_are_the_fits_of_the_default_settings() -> None:
 
 def test_other_users_get_their_own_history() -> None:
     blind = ClusterConfig(deadline_model="blind")
-    prior = cluster_prior(blind, own_workload=True)
+    prior = ClusterHistory.of(blind).workload_prior
     assert prior.fitted_on["cluster"] == {"deadline_model": "blind"}
     assert prior.fitted_on["jobs"] == ["none"]
-    assert cluster_prior(blind.replace(load=1.5), own_workload=True) is prior  # fitted once
+    assert ClusterHistory.of(blind.replace(load=1.5)).workload_prior is prior  # fitted once
     again = fit_prior({"deadline_model": "blind"}, jobs=("none",))  # the same draws
     np.testing.assert_array_equal(again.log_ratios, prior.log_ratios)
     # padded users ask for about 3x the time their task needs; blind ones about the time
@@ -58,18 +59,15 @@ def test_other_users_get_their_own_history() -> None:
     json.dumps(prior.fitted_on)  # a plain record, as a file stores it
 
 
-def test_the_shipped_tunings_are_read_not_played_again(monkeypatch) -> None:
-    from mara_agents.planning import history
-
-    monkeypatch.setattr(history, "tune_miss_cost", lambda *a, **k: pytest.fail("tuned again"))
-    history._miss_cost.cache_clear()
-    try:
-        # the default users pad their estimates: a miss is priced at a tenth of the time left
-        assert history.cluster_miss_cost(ClusterConfig(num_nodes=64, load=2.0)) == 0.1
-        assert history.cluster_miss_cost(ClusterConfig(deadline_model="unbiased")) == 1.0
-        assert history.cluster_miss_cost(ClusterConfig(deadline_model="blind")) == 1.0
-    finally:
-        history._miss_cost.cache_clear()
+def test_the_shipped_tunings_are_read_and_an_untuned_cluster_says_what_to_run() -> None:
+    # the default users pad their estimates: a miss is priced at a tenth of the time left
+    assert ClusterHistory.of(ClusterConfig(num_nodes=64, load=2.0)).price() == 0.1
+    assert ClusterHistory.of(ClusterConfig(deadline_model="unbiased")).price() == 1.0
+    assert ClusterHistory.of(ClusterConfig(deadline_model="blind")).price() == 1.0
+    noisy = ClusterHistory.of(ClusterConfig(throughput_noise=0.2, reassign_cost=0.5))
+    assert noisy.miss_cost is None
+    with pytest.raises(HistoryError, match="mara history fit --cluster FILE --out"):
+        noisy.price()
     for record in shipped_choices():  # each choice follows the rule from its own leads
         first, *others = record["fitted_on"]["candidates"]
         above = {float(p): m for p, v in record["leads"].items() for m, h in [v["all"]] if m > h}
@@ -94,7 +92,8 @@ def _fake_play(lead: float, spread: float, free_lead: float | None = None):
 
 def test_a_cheaper_price_is_kept_only_when_its_lead_is_resolved(monkeypatch) -> None:
     import mara_env.schedulers
-    from mara_agents.planning.history import MISS_COSTS, tune_miss_cost
+    from mara_agents.evaluation.tuning import tune_miss_cost
+    from mara_agents.planning.history import MISS_COSTS
 
     assert MISS_COSTS == (1.0, 0.1, 0.0)  # today's rule first, then the cheaper prices
     monkeypatch.setattr(mara_env.schedulers, "run_episode", _fake_play(0.02, 0.001, 0.01))
@@ -130,24 +129,82 @@ def test_a_written_tuning_replaces_every_record_of_its_history(tmp_path) -> None
     assert shipped_choices(path) == [old[1], new]  # the stale default record is gone
 
 
-def test_an_unseen_cluster_is_tuned_on_its_own_history_once(monkeypatch, caplog) -> None:
-    from mara_agents.planning import history
+def test_an_unseen_cluster_is_tuned_once_in_the_parent_and_read_from_its_file(
+    monkeypatch, tmp_path, capsys
+) -> None:
+    """``mara history fit`` writes the tuning a later run reads (``--history``); the
+    harness's parent tunes an untuned cluster itself, once, when a spec needs its price."""
+    from mara_agents.cli import main
+    from mara_agents.evaluation import tuning
 
     calls = []
-    real = history.tune_miss_cost
+    real = tuning.tune_miss_cost
 
-    def tune(settings):
+    def tune(settings, **kwargs):
         calls.append(settings)
-        return real(settings, episodes=1)  # real episodes of hedge, one per workload and load
+        return real(settings, episodes=1, progress=kwargs.get("progress", False))
 
-    monkeypatch.setattr(history, "tune_miss_cost", tune)
-    history._miss_cost.cache_clear()
-    try:
-        users = ClusterConfig(deadline_model="blind", slack_range=(1.0, 2.0))
-        price = history.cluster_miss_cost(users)
-        assert price in history.MISS_COSTS
-        assert history.cluster_miss_cost(dataclasses.replace(users, load=2.0)) == price
-    finally:
-        history._miss_cost.cache_clear()
+    monkeypatch.setattr(tuning, "tune_miss_cost", tune)
+    users = ClusterConfig(deadline_model="blind", slack_range=(1.0, 2.0))
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text("deadline_model: blind\nslack_range: [1.0, 2.0]\n")
+    out = tmp_path / "history.json"
+    assert main(["history", "fit", "--cluster", str(cluster), "--out", str(out)]) == 0
     assert calls == [{"deadline_model": "blind", "slack_range": [1.0, 2.0]}]
-    assert "tuning miss_cost on this cluster's history" in caplog.text
+    (record,) = shipped_choices(out)
+    assert record["fitted_on"]["episodes"] == 1  # this test's tuning: not the one read
+    record["fitted_on"]["episodes"] = 20  # as if the full tuning had been run
+    out.write_text(json.dumps([record]))
+    assert ClusterHistory.of(users).miss_cost is None
+    assert ClusterHistory.of(users.replace(load=2.0), [out]).price() == record["miss_cost"]
+    for bad in ("not json", "{}", "[1]"):
+        (tmp_path / "bad.json").write_text(bad)
+        with pytest.raises(HistoryError, match="bad.json"):
+            ClusterHistory.of(users, [tmp_path / "bad.json"])
+    with pytest.raises(HistoryError, match="missing.json"):
+        ClusterHistory.of(users, [tmp_path / "missing.json"])
+    # the harness's evaluate() never tunes: a spec that needs a price the history lacks is
+    # refused before any episode, naming the command
+    from mara_agents.evaluation.runner import evaluate
+
+    with pytest.raises(HistoryError, match="^hedge: .*mara history fit"):
+        evaluate(["uniform", "hedge"], [1.0], 1, config=users, workers=1, progress=False)
+    # no file: the parent tunes, once, and only when a spec plans with the price
+    assert tuning.resolve_history(users, ["uniform", "hedge:miss_cost=1"]).miss_cost is None
+    assert len(calls) == 1
+    tuned = tuning.resolve_history(users, ["uniform", "hedge"], progress=False)
+    assert tuned.miss_cost in (1.0, 0.1, 0.0) and len(calls) == 2
+    assert "mara history fit" in capsys.readouterr().err
+
+
+def test_the_harness_hands_its_history_to_every_scheduler_and_agent(monkeypatch) -> None:
+    """Built once by whoever starts the run: the schedulers and the policy of an evaluation
+    read the history handed in, and none builds one of its own."""
+    from mara_agents.evaluation.runner import evaluate
+    from mara_agents.evaluation.tuning import resolve_history
+
+    config = ClusterConfig(horizon=20, split="val")
+    history = ClusterHistory.of(config)
+    assert resolve_history(config, ["mara"]).miss_cost == 0.1  # plain mara: the shipped policy
+
+    def again(cls, *args, **kwargs):
+        pytest.fail("a cluster history was built again")
+
+    monkeypatch.setattr(ClusterHistory, "of", classmethod(again))
+    specs = ["hedge:predictor=deadline", "env=hedge:predictor=deadline:prior=workload", "mara"]
+    df = evaluate(specs, [1.0], 1, config=config, workers=1, progress=False, history=history)
+    assert len(df) == 3
+
+
+def test_a_run_that_reads_no_history_builds_none(monkeypatch) -> None:
+    from mara_agents.evaluation.runner import evaluate
+    from mara_agents.evaluation.tuning import resolve_history
+
+    def built(cls, *args, **kwargs):
+        pytest.fail("a cluster history was built for specs that read none")
+
+    monkeypatch.setattr(ClusterHistory, "of", classmethod(built))
+    users = ClusterConfig(throughput_noise=0.2, horizon=20, split="val")
+    specs = ["uniform", "lara", "hedge:predictor=flow:miss_cost=1"]
+    assert resolve_history(users, specs) is None
+    assert len(evaluate(specs, [1.0], 1, config=users, workers=1, progress=False)) == 3

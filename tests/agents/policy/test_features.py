@@ -12,7 +12,7 @@ from flow_predictor.remaining import FLOW_SAMPLES
 from flow_predictor.wls import WLSPredictor
 from flow_predictor.wrapper import FLOW_DEADLINE, PREDICTION_FEATURES, PredictorFeatures
 from mara_agents.planning.share_rule import confident_nodes
-from mara_agents.policy.features import ADDED_FEATURES, HEDGE_TEACHER, feature_settings
+from mara_agents.policy.features import ADDED_FEATURES, feature_settings
 from mara_env.cluster_env import CAP_SCALE, SLOT_FEATURES, env
 from tests.conftest import WRAPPED_SMALL, play_until_reports, wrapped
 
@@ -98,8 +98,8 @@ def test_share_features_let_a_node_realise_flow_share_exactly():
 
 @pytest.mark.parametrize(
     "teacher, spec",
-    [(None, "hedge:miss_cost=1"), (f"{HEDGE_TEACHER}:miss_cost=history", "hedge")],
-    ids=["the default teacher", "a miss priced by history"],
+    [(None, "hedge"), ("hedge:miss_cost=1", "hedge:miss_cost=1")],
+    ids=["the default teacher: hedge's own", "a miss charged to the deadline"],
 )
 def test_flow_deadline_features_fuse_the_prior_and_share_is_the_hedge_plan(teacher, spec):
     """The ``flow+deadline`` wrapper: every slot is predicted from arrival on (the deadline

@@ -44,9 +44,11 @@ def test_the_shipped_policy_records_what_it_was_trained_with_and_loads_silently(
     digest = hashlib.sha256(SHIPPED_CHECKPOINT.read_bytes()).hexdigest()
     assert policy.meta["predictor_sha256"] == digest
     # MARA reads the plan the `hedge` baseline makes by default, named by one spec: a miss
-    # priced by the cluster's history, the default users' price recorded
-    assert policy.features.teacher == f"{HEDGE_TEACHER}:miss_cost=history"
-    assert HEDGE_TEACHER == "hedge:confidence=0.05:flow_spread=2.0:quantiles=256"
+    # priced by the cluster's history, the default users' price recorded (the file, written
+    # before the source was named "cluster", records miss_cost=history: it reads as today's)
+    assert policy.meta["teacher"].endswith(":miss_cost=history")
+    assert policy.features.teacher == HEDGE_TEACHER
+    assert HEDGE_TEACHER == "hedge:confidence=0.05:flow_spread=2.0:quantiles=256:miss_cost=cluster"
     assert policy.features.miss_cost == policy.features.plan.hedge.miss_cost == 0.1
 
 
@@ -70,10 +72,11 @@ def test_an_old_header_reads_as_the_teacher_spec_it_meant(tmp_path):
     )
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # the old keys name the teacher: nothing is missing
-        assert load_policy(old).features.teacher == HEDGE_TEACHER
+        # written while a miss was charged to the deadline (1) by default
+        assert load_policy(old).features.teacher == HEDGE_TEACHER.replace("cluster", "1.0")
     # written before hedge had its own quantile count: the flow samples'
     older = {"flow_share": DEFAULTS.to_dict(), "hedge": {"confidence": 0.05, "tail": 0.0}}
-    assert teacher_of_old_header("p", older, 32).endswith(":quantiles=32")
+    assert ":quantiles=32:" in teacher_of_old_header("p", older, 32)
     rule = {**DEFAULTS.to_dict(), "quantile": 0.8}
     assert teacher_of_old_header("p", {"flow_share": rule}, 32) == (
         "flow_share:quantile=0.8:slack=2:drop=0.05:refresh=0.1"
@@ -90,15 +93,17 @@ def test_an_old_header_reads_as_the_teacher_spec_it_meant(tmp_path):
 
 
 def test_a_teacher_spec_reads_back_as_itself_and_bad_ones_are_named():
-    spec = "hedge:confidence=0.1:flow_spread=1.5:quantiles=64"
+    spec = "hedge:confidence=0.1:flow_spread=1.5:quantiles=64:miss_cost=1.0"
     settings = FeatureSettings(spec)
-    assert settings.teacher == spec and settings.plan.hedge == HedgeParams(0.1, 1.5, 64)
-    assert FeatureSettings("hedge").teacher == HEDGE_TEACHER
+    assert settings.teacher == spec
+    assert settings.plan.hedge == HedgeParams(0.1, 1.5, 64, miss_cost=1.0)
+    assert FeatureSettings("hedge", miss_cost=0.1).teacher == HEDGE_TEACHER
     assert FeatureSettings("flow_share").teacher == SHARE_TEACHER
     for bad, words in [
         ("lara", "expected one of ['flow_share', 'hedge']"),
         ("hedge:explore=1", "'explore=1'; expected key=value"),
-        ("hedge:quantiles=many", "quantiles='many'; expected a number"),
+        ("hedge:quantiles=many", "quantiles='many'; expected a whole number"),
+        ("hedge:miss_cost=history", "miss_cost='history' is renamed: write 'cluster'"),
         ("hedge:quantiles=1000000000000", "hedge: quantiles=1000000000000; expected a whole"),
     ]:
         with pytest.raises(ValueError) as err:
@@ -134,7 +139,8 @@ def test_the_recorded_settings_are_the_ones_acted_with(tmp_path):
     )
     agent = MaraAgent(path)
     features = agent.policy.features
-    assert (features.teacher, features.samples) == (teacher, 64)
+    # recorded before miss_cost had the cluster's price as its default: it meant 1
+    assert (features.teacher, features.samples) == (f"{teacher}:miss_cost=1.0", 64)
     assert agent._predictor.noise.shape[0] == 64
     aec = env(num_nodes=4, num_slots=agent.slots_for(4), horizon=6, split="val")
     aec.reset(seed=0)
@@ -206,7 +212,7 @@ def test_on_other_users_the_policy_reads_that_clusters_own_history_prior():
     """Where the cluster's users are those it was trained among (whatever its size or
     load), the policy acts with its recorded prior; under another deadline model, with
     the prior of that cluster's own history, as hedge plans on."""
-    from mara_agents.planning.history import cluster_prior
+    from mara_agents.planning.history import ClusterHistory
     from mara_env.config import ClusterConfig
 
     agent = MaraAgent()
@@ -214,7 +220,8 @@ def test_on_other_users_the_policy_reads_that_clusters_own_history_prior():
     assert agent._features_on(ClusterConfig(num_nodes=64, load=2.0)) is recorded
     blind = ClusterConfig(deadline_model="blind")
     features = agent._features_on(blind)
-    assert features.deadline_prior == pytest.approx(cluster_prior(blind).log_ratios.tolist())
+    prior = ClusterHistory.of(blind).prior
+    assert features.deadline_prior == pytest.approx(prior.log_ratios.tolist())
     assert features.deadline_prior != recorded.deadline_prior
     assert features.teacher == recorded.teacher and features.samples == recorded.samples
     assert agent._features_on(blind.replace(load=1.5)) is features  # built once
@@ -223,14 +230,14 @@ def test_on_other_users_the_policy_reads_that_clusters_own_history_prior():
 def test_a_policy_trained_among_other_users_records_their_history_prior(tmp_path):
     """Trained on a cluster of other settings with no prior file named, the features read
     (and the file records) that cluster's own history prior, the one its labeler plans on."""
-    from mara_agents.planning.history import cluster_prior
+    from mara_agents.planning.history import ClusterHistory
     from mara_env.config import ClusterConfig
 
     blind = {"deadline_model": "blind"}
     env = {"wrapper": "flow+deadline", "wrapper_options": {}, "cluster": blind}
     path = save_policy(load_policy().net, tmp_path / "p.pt", env)
     data = torch.load(path, weights_only=True)
-    history = cluster_prior(ClusterConfig(**blind))
+    history = ClusterHistory.of(ClusterConfig(**blind)).prior
     assert data["deadline_prior"] == pytest.approx(history.log_ratios.tolist())
     agent = MaraAgent(path)  # acting among those users: what it recorded
     assert agent._features_on(ClusterConfig(**blind, num_nodes=32)) is agent.policy.features
@@ -239,13 +246,13 @@ def test_a_policy_trained_among_other_users_records_their_history_prior(tmp_path
 def test_a_teacher_that_prices_misses_by_history_records_and_follows_each_clusters_price(
     tmp_path,
 ):
-    """A ``flow+deadline`` policy whose teacher's ``miss_cost`` is ``history`` records the
+    """A ``flow+deadline`` policy whose teacher's ``miss_cost`` is ``cluster`` records the
     price it was trained with (``teacher_miss_cost``), acts with it among those users and
     with each other cluster's own price elsewhere; a file that lost it is refused."""
-    from mara_agents.planning.history import cluster_miss_cost
+    from mara_agents.planning.history import ClusterHistory
     from mara_env.config import ClusterConfig
 
-    teacher = f"{HEDGE_TEACHER}:miss_cost=history"
+    teacher = HEDGE_TEACHER
     with pytest.raises(ValueError, match="expected the cluster's price exactly when"):
         FeatureSettings(teacher)
     settings = FeatureSettings(teacher, miss_cost=0.1)
@@ -258,7 +265,7 @@ def test_a_teacher_that_prices_misses_by_history_records_and_follows_each_cluste
     )
     data = torch.load(path, weights_only=True)
     assert data["teacher"] == teacher
-    assert data["teacher_miss_cost"] == cluster_miss_cost(ClusterConfig()) == 0.1
+    assert data["teacher_miss_cost"] == ClusterHistory.of(ClusterConfig()).price() == 0.1
     agent = MaraAgent(path)
     assert agent.policy.features.plan.hedge.miss_cost == 0.1
     unbiased = agent._features_on(ClusterConfig(deadline_model="unbiased"))
@@ -268,7 +275,7 @@ def test_a_teacher_that_prices_misses_by_history_records_and_follows_each_cluste
     with pytest.raises(PolicyFileError, match="does not record the price it was trained with"):
         load_policy(path)
     # the same when the spec names its price before other knobs
-    data["teacher"] = "hedge:miss_cost=history:confidence=0.05"
+    data["teacher"] = "hedge:miss_cost=cluster:confidence=0.05"
     torch.save(data, path)
     with pytest.raises(PolicyFileError, match="does not record the price it was trained with"):
         load_policy(path)
