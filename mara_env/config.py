@@ -224,12 +224,14 @@ def load_cluster_file(
     key."""
     import yaml
 
+    from mara_env.yaml_file import load_yaml
+
     where = f"{option} {os.fspath(path)}"
     if not os.path.isfile(path):
         raise ConfigError(f"{where}: no such file (write one with `mara calibrate`)")
     try:
         with open(path, encoding="utf-8") as f:
-            data = yaml.safe_load(f)
+            data = load_yaml(f.read())
     except (yaml.YAMLError, UnicodeDecodeError, OSError) as exc:
         raise ConfigError(f"{where}: not valid YAML ({' '.join(str(exc).split())})") from None
     if not isinstance(data, dict) or not all(isinstance(k, str) for k in data):

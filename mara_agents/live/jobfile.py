@@ -32,6 +32,8 @@ from typing import Any
 
 import yaml
 
+from mara_env.yaml_file import load_yaml
+
 TOP_KEYS = ("jobs", "defaults", "load")
 JOB_KEYS = (
     "name",
@@ -97,7 +99,7 @@ def load_job_file(path: str | Path, tick_seconds: float, num_nodes: int) -> JobF
         raise JobFileError(f"{path}: no such job file")
     raw = path.read_bytes()
     try:
-        data = yaml.safe_load(raw)
+        data = load_yaml(raw)
     except yaml.YAMLError as exc:
         raise JobFileError(f"{path}: not valid YAML ({exc})".replace("\n", " ")) from None
     if not isinstance(data, dict):
