@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
+import math
 import os
 import types
 import typing
@@ -120,6 +122,18 @@ class ClusterConfig:
         def number_in(v: Any, lo: float, hi: float) -> bool:
             return isinstance(v, (int, float)) and not isinstance(v, bool) and lo <= v <= hi
 
+        for name in ("traces", "jobs"):  # a path may be given as a Path
+            if isinstance(getattr(self, name), os.PathLike):
+                object.__setattr__(self, name, os.fspath(getattr(self, name)))
+        for name, hint in _hints().items():  # types first: each later rule reads a typed value
+            value = getattr(self, name)
+            if not _typed(value, hint):
+                raise bad(name, _expected(hint))
+            if not _finite(value):
+                raise bad(
+                    name,
+                    "finite numbers" if isinstance(value, (tuple, list)) else "a finite number",
+                )
         for name in ("num_nodes", "num_slots", "horizon", "ref_nodes"):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
@@ -206,8 +220,7 @@ class ClusterConfig:
         unknown = sorted(set(values) - set(allowed))
         if unknown:
             raise ConfigError(f"{where}: unknown key(s) {unknown}; allowed keys: {allowed}")
-        values = {k: tuple(v) if isinstance(v, list) else v for k, v in values.items()}
-        return cls(**values)
+        return cls(**values)  # lists become tuples once their types are checked
 
     def replace(self, **changes: Any) -> ClusterConfig:
         """A copy with some fields changed (validated again)."""
@@ -239,19 +252,28 @@ def load_cluster_file(
     for key, flag in (reserved or {}).items():
         if key in data:
             raise ConfigError(f"{where}: {key!r} is set by {flag}, not by a cluster file")
-    hints = typing.get_type_hints(ClusterConfig)
-    for key, value in data.items():
-        if key in hints and not _typed(value, hints[key]):
-            raise ConfigError(f"{where}: {key}: expected {_expected(hints[key])}, got {value!r}")
-    try:  # unknown keys, then the values together
+    try:  # unknown keys, then each value's type, then the values together
         config = ClusterConfig.from_dict(data, where=where)
     except ConfigError as exc:
         raise ConfigError(str(exc) if str(exc).startswith(where) else f"{where}: {exc}") from None
     return {key: getattr(config, key) for key in data}
 
 
+@functools.cache
+def _hints() -> dict[str, Any]:
+    """Each :class:`ClusterConfig` field's type."""
+    return typing.get_type_hints(ClusterConfig)
+
+
+def _finite(value: Any) -> bool:
+    """Whether every number of ``value`` (one, or a tuple of them) is finite."""
+    if isinstance(value, (tuple, list)):
+        return all(map(_finite, value))
+    return not isinstance(value, (int, float)) or math.isfinite(value)
+
+
 def _typed(value: Any, hint: Any) -> bool:
-    """Whether a YAML ``value`` is of the field type ``hint`` (a list for a tuple)."""
+    """Whether ``value`` is of the field type ``hint`` (a list for a tuple, as YAML has)."""
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if origin in (typing.Union, types.UnionType):
         return any(_typed(value, arm) for arm in args)
@@ -265,7 +287,7 @@ def _typed(value: Any, hint: Any) -> bool:
     if hint is bool or isinstance(value, bool):
         return hint is bool and isinstance(value, bool)
     if hint is float:
-        return isinstance(value, (int, float))
+        return isinstance(value, (int, float))  # a numpy float is a float
     return isinstance(value, hint)
 
 
