@@ -129,11 +129,6 @@ class ClusterConfig:
             value = getattr(self, name)
             if not _typed(value, hint):
                 raise bad(name, _expected(hint))
-            if not _finite(value):
-                raise bad(
-                    name,
-                    "finite numbers" if isinstance(value, (tuple, list)) else "a finite number",
-                )
         for name in ("num_nodes", "num_slots", "horizon", "ref_nodes"):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
@@ -200,6 +195,9 @@ class ClusterConfig:
             raise bad("throughput_noise", "a coefficient of variation in [0, 10] (0: none)")
         if self.throughput not in THROUGHPUT_MODES:
             raise bad("throughput", f"one of {list(THROUGHPUT_MODES)}")
+        for name in _hints():  # what no rule above gives a range
+            if not _finite(getattr(self, name)):
+                raise bad(name, "a finite number")
         if self.jobs is not None:
             if not isinstance(self.jobs, str) or not (
                 self.jobs in SHIPPED_JOBS or self.jobs.endswith((".parquet", ".pq"))

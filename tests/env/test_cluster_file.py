@@ -80,10 +80,13 @@ PATHS = {
         ({"max_cycles": True}, "max_cycles=True: expected an integer or null"),
         ({"num_nodes": 4.0}, "num_nodes=4.0: expected an integer"),
         ({"shaping": math.inf}, "shaping=inf: expected a finite number"),
-        ({"deadline_sigma": math.nan}, "deadline_sigma=nan: expected a finite number"),
+        ({"deadline_sigma": math.nan}, "deadline_sigma=nan: expected a number in [0, 3]"),
         ({"families": "vision"}, "families='vision': expected a list of texts or null"),
         ({"slack_range": "ab"}, "slack_range='ab': expected a pair (low, high) of numbers"),
-        ({"size_range": [4.0, math.inf]}, "size_range=[4.0, inf]: expected finite numbers"),
+        (
+            {"size_range": [4.0, math.inf]},
+            "size_range=[4.0, inf]: expected a pair (low, high) with",
+        ),
         ({"estimate_menu": [1, "2"]}, "estimate_menu=[1, '2']: expected a list of numbers"),
     ],
 )
