@@ -1,0 +1,80 @@
+"""``mara evaluate --resume`` continues a run only on the inputs it read: a file whose
+content changed since (whatever kind, even when the options naming it are the same) is
+refused in one line naming it, and nothing from two inputs is merged."""
+
+from __future__ import annotations
+
+import shutil
+
+import pandas as pd
+import pytest
+
+from flow_predictor.deadline_prior import SHIPPED_PRIOR
+from mara_agents.cli import main
+from mara_env.job_logs import SHIPPED_JOBS
+from mara_env.traces import SHIPPED_LIBRARY
+
+EVALUATE = ["evaluate", "--loads", "1.0", "--episodes", "1", "--workers", "1"]
+EVALUATE += ["--horizon", "10", "--no-progress"]
+
+
+def _parquet(source):
+    def make(path):
+        shutil.copy(source, path)
+
+    def change(path):  # the same rows, other bytes: a content hash tells them apart
+        pd.read_parquet(path).to_parquet(path, compression="gzip")
+
+    return make, change
+
+
+def _text(text):
+    def make(path):
+        path.write_text(text)
+
+    def change(path):
+        path.write_text(path.read_text() + "\n# written again\n")
+
+    return make, change
+
+
+# input kind -> (file name, options naming it, make it, change it)
+KINDS = {
+    "jobs table": (
+        "t.parquet",
+        ["--jobs", "{f}", "--split", "all"],
+        *_parquet(SHIPPED_JOBS["philly"]),
+    ),
+    "trace library": ("lib.parquet", ["--traces", "{f}"], *_parquet(SHIPPED_LIBRARY)),
+    "cluster file": ("c.yaml", ["--cluster", "{f}"], *_text("reassign_cost: 0.5\n")),
+    "prior file": (
+        "prior.json",
+        ["--schedulers", "hedge:prior={f}"],
+        *_text(SHIPPED_PRIOR.read_text()),
+    ),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_resume_refuses_an_input_file_that_changed_naming_it(tmp_path, capsys, kind):
+    name, options, make, change = KINDS[kind]
+    path = tmp_path / name
+    make(path)
+    options = [o.format(f=path) for o in options]
+    if "--schedulers" not in options:
+        options += ["--schedulers", "uniform"]
+    out = tmp_path / "out"
+    argv = [*EVALUATE, *options, "--out", str(out)]
+    assert main(argv) == 0
+    results = (out / "results.csv").read_bytes()
+    kept = path.read_bytes()
+    change(path)
+    capsys.readouterr()
+    assert main([*argv, "--resume"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    assert KINDS[kind][1][0] in err  # the option that names it
+    assert str(path) in err and "changed" in err, err
+    assert (out / "results.csv").read_bytes() == results  # nothing merged, nothing lost
+    path.write_bytes(kept)  # the same bytes again: resumed
+    assert main([*argv, "--resume"]) == 0
