@@ -14,7 +14,9 @@ from __future__ import annotations
 import math
 import multiprocessing
 import os
+import signal
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -40,7 +42,7 @@ from mara_agents.evaluation.registry import (
 )
 from mara_agents.evaluation.report import REFERENCE, write_outputs
 from mara_agents.evaluation.stats import COLUMNS, DAY, FAMILY_PREFIXES, METRICS
-from mara_env.atomic import atomic_write
+from mara_env.atomic import atomic_write, signals_deferred
 from mara_env.cluster import ClusterState
 from mara_env.config import ClusterConfig
 from mara_env.schedulers import Scheduler, run_episode
@@ -295,6 +297,25 @@ def evaluate(
     return df
 
 
+def _pool_context() -> multiprocessing.context.BaseContext:
+    """The worker processes' start method: forkserver, not fork (a parent that has run
+    torch, a policy or the flow model, holds an intra-op thread pool, and a forked child
+    that uses torch can hang on it), its server started ignoring Ctrl-C, as its workers
+    then do: a terminal's Ctrl-C reaches the whole process group, and a worker interrupted
+    while it starts up prints a traceback; the parent alone stops on it, and stops them."""
+    from multiprocessing import forkserver
+
+    if threading.current_thread() is not threading.main_thread():
+        forkserver.ensure_running()
+    else:
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # inherited through exec
+        try:
+            forkserver.ensure_running()
+        finally:
+            signal.signal(signal.SIGINT, previous)
+    return multiprocessing.get_context("forkserver")
+
+
 def _run_in_pool(
     jobs: list[Job],
     config: ClusterConfig,
@@ -305,16 +326,16 @@ def _run_in_pool(
 ) -> None:
     """Run the jobs in ``workers`` processes; a stopped run stops them at once, rather than
     waiting for the episodes queued (as leaving the executor's block would)."""
-    # forkserver, not fork: a parent that has run torch (a policy, the flow model) holds
-    # an intra-op thread pool, and a forked child that uses torch can hang on it.
     pool = ProcessPoolExecutor(
         workers,
-        mp_context=multiprocessing.get_context("forkserver"),
+        mp_context=_pool_context(),
         initializer=_init_worker,
         initargs=(config, traces),
     )
     try:
-        for job, got in zip(jobs, pool.map(_run_job, jobs)):
+        with signals_deferred():  # every worker started is known when a Ctrl-C acts
+            results = pool.map(_run_job, jobs)
+        for job, got in zip(jobs, results):
             kept.add(got)
             bar.update(len(job.episodes))
     except BaseException:
