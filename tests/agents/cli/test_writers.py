@@ -145,3 +145,28 @@ def test_curves_says_in_one_line_that_a_result_json_is_half_written(tmp_path, ca
     with open(trial / "result.json", "a") as f:
         f.write('{"training_iteration": 4, "time_to')
     refused(["curves", str(trial), "--out", str(tmp_path / "c.png")], capsys, "result.json")
+
+
+@pytest.mark.parametrize(
+    ("text", "culprit"),
+    [
+        ("", "no training iteration"),
+        ("\n\n", "no training iteration"),
+        ("[1, 2]\n", "line 1: list"),
+        ("null\n", "line 1: NoneType"),
+        ('{"training_iteration": 1}\n"text"\n', "line 2: str"),
+        ('{"env_runners": {"mara": {"completion_rate": null}}}\n', "completion_rate is null"),
+        ('{"env_runners": [1]}\n', "env_runners/mara/completion_rate: [1]"),
+        ('{"time_total_s": "10 s"}\n', 'time_total_s is "10 s"'),
+    ],
+)
+def test_curves_refuses_a_result_json_of_the_wrong_shape_in_one_line(
+    tmp_path, capsys, text, culprit
+):
+    pytest.importorskip("ray")
+    trial = tmp_path / "trial"
+    trial.mkdir()
+    (trial / "result.json").write_text(text)
+    out = tmp_path / "c.png"
+    refused(["curves", str(trial), "--out", str(out)], capsys, "result.json", culprit)
+    assert not out.exists() and not out.with_suffix(".csv").exists()
