@@ -403,3 +403,38 @@ def test_predictor_train_and_lofo_never_replace_earlier_results_silently(tmp_pat
     argv = ["predictor", "lofo", "--out", str(lofo), "--epochs", "1"]
     refused(argv, capsys, f"--out {lofo}: not empty", status=1)
     assert (lofo / "lofo.csv").read_text() == "earlier\n"
+
+
+@pytest.mark.parametrize(
+    ("files", "culprit"),
+    [
+        ({"module_state.pkl": pickle.dumps({})}, "no class_and_ctor_args.pkl beside"),
+        ({"class_and_ctor_args.pkl": pickle.dumps({})}, "no module_state.pkl beside"),
+        (
+            {"class_and_ctor_args.pkl": b"junk", "module_state.pkl": b"junk"},
+            "class_and_ctor_args.pkl: not readable",
+        ),
+        (
+            {"class_and_ctor_args.pkl": pickle.dumps([1, 2]), "module_state.pkl": b""},
+            "class_and_ctor_args.pkl: not readable",
+        ),
+        (
+            {
+                "class_and_ctor_args.pkl": pickle.dumps(
+                    {"ctor_args_and_kwargs": ((), {"observation_space": None})}
+                ),
+                "module_state.pkl": b"\x80\x04",
+            },
+            "class_and_ctor_args.pkl: not readable",
+        ),
+    ],
+)
+def test_export_of_a_broken_checkpoint_names_the_file_in_one_line(tmp_path, capsys, files, culprit):
+    pytest.importorskip("ray")
+    ckpt = tmp_path / "checkpoint_000001"
+    ckpt.mkdir()
+    for name, data in files.items():
+        (ckpt / name).write_bytes(data)
+    out = tmp_path / "policy.pt"
+    refused(["export", str(ckpt), "--out", str(out)], capsys, culprit)
+    assert not out.exists()
