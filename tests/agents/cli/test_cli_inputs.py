@@ -4,6 +4,8 @@ was expected, exit status 2, before any work starts and with nothing written."""
 from __future__ import annotations
 
 import pickle
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -438,3 +440,25 @@ def test_export_of_a_broken_checkpoint_names_the_file_in_one_line(tmp_path, caps
     out = tmp_path / "policy.pt"
     refused(["export", str(ckpt), "--out", str(out)], capsys, culprit)
     assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["jobs", "info", "philly"],
+        ["traces", "info"],
+        ["simulate", "--scheduler", "uniform", "--episodes", "1", "--horizon", "10"],
+        ["--help"],
+        ["evaluate", "--help"],
+    ],
+)
+def test_a_closed_stdout_ends_a_command_quietly_with_status_0(argv):
+    """As ``mara jobs info | head -1`` does: the reader goes before the command prints."""
+    code = "import sys; from mara_agents.cli import main; sys.exit(main(sys.argv[1:]))"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 0, err
+    assert err == ""
