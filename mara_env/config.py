@@ -195,6 +195,7 @@ class ClusterConfig:
             raise bad("throughput_noise", "a coefficient of variation in [0, 10] (0: none)")
         if self.throughput not in THROUGHPUT_MODES:
             raise bad("throughput", f"one of {list(THROUGHPUT_MODES)}")
+        self._check_deadlines_possible()
         for name in _hints():  # what no rule above gives a range
             if not _finite(getattr(self, name)):
                 raise bad(name, "a finite number")
@@ -205,6 +206,25 @@ class ClusterConfig:
                 raise bad("jobs", f"None, one of {sorted(SHIPPED_JOBS)} or a .parquet jobs table")
             if self.jobs not in SHIPPED_JOBS and not os.path.isfile(self.jobs):
                 raise bad("jobs", "an existing jobs table (make one with `mara jobs import`)")
+
+    def _check_deadlines_possible(self) -> None:
+        """Refuse a padded model whose every deadline is shorter than any task can take:
+        an estimate never exceeds the menu's largest value, and a task runs at most
+        ``(cap / n_ref) ** alpha`` times faster than its size says."""
+        if self.deadline_model != "padded" or self.jobs is not None:
+            return
+        longest = math.ceil(self.deadline_slack[1] * self.estimate_menu[-1])
+        cap = max(self.cap_choices)
+        fastest = self.size_range[0] / (cap / min(cap, self.ref_nodes)) ** self.alpha_range[1]
+        if longest < fastest:
+            raise ConfigError(
+                f"config estimate_menu={list(self.estimate_menu)}: every deadline would be at "
+                f"most {longest} tick(s) after arrival (slack up to "
+                f"{self.deadline_slack[1]:g} x the menu's largest estimate "
+                f"{self.estimate_menu[-1]:g}), but the quickest task takes {fastest:.3g} "
+                f"ticks (size_range from {self.size_range[0]:g}): no task could complete; "
+                "expected a menu that reaches the tasks' sizes"
+            )
 
     @property
     def deadline_slack(self) -> tuple[float, float]:
