@@ -358,6 +358,16 @@ def deadline_models_table(frames: dict[str, pd.DataFrame]) -> str:
     return "\n".join(lines) + "\n"
 
 
+# The plots the summary links, each only when this run wrote it
+PLOTS = (
+    "schedulers/completion_vs_load.png",
+    "schedulers/completion_by_family.png",
+    "predictor/predictor_error.png",
+    "episode_gantt.png",
+    "replayed/day_gantt.png",
+)
+
+
 def reproduce(
     out: str | Path = "results",
     episodes: int = DEFAULT_EPISODES,
@@ -486,12 +496,9 @@ def reproduce(
             out / "replayed" / "day_gantt.png",
         )
     _done(t)
+    written = ", ".join(f"`{p}`" for p in PLOTS if (out / p).is_file())  # no link to nothing
     parts.append(
-        "Plots: `schedulers/completion_vs_load.png`, `schedulers/completion_by_family.png`, "
-        "`predictor/predictor_error.png`, "
-        "`episode_gantt.png`"
-        + (", `replayed/day_gantt.png`" if jobs is not None else "")
-        + "; TensorBoard: `tensorboard --logdir "
+        f"Plots: {written}; TensorBoard: `tensorboard --logdir "
         f"{out / 'schedulers' / 'tb'}`.\n\nWall time: {time.perf_counter() - started:.0f} s.\n"
     )
     summary = "\n".join(parts)
