@@ -462,3 +462,23 @@ def test_a_closed_stdout_ends_a_command_quietly_with_status_0(argv):
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=120) == 0, err
     assert err == ""
+
+
+@pytest.mark.parametrize(
+    ("argv", "culprit"),
+    [
+        (
+            ["deadline-prior", "--episodes", "1", "--loads", "1,,2", "--out", "{tmp}/p.json"],
+            "--loads",
+        ),
+        (["deadline-prior", "--episodes", "1", "--out", "{tmp}/exists.json"], "--force"),
+        (["train", "--out", "{tmp}"], "--out"),
+        (["evaluate", "--checkpoint", "{tmp}/nope.pt", "--out", "{tmp}/e"], "nope.pt"),
+        (["lofo", "--exclude-families", "a", "--out", "{tmp}/l"], "--exclude-families"),
+    ],
+)
+def test_predictor_usage_errors_exit_2_as_documented(tmp_path, capsys, argv, culprit):
+    pytest.importorskip("torch")
+    (tmp_path / "exists.json").write_text("{}")
+    argv = ["predictor", *(a.format(tmp=tmp_path) for a in argv)]
+    refused(argv, capsys, culprit)
