@@ -46,7 +46,7 @@ from flow_predictor.deadline_prior import (
     fit_history,
 )
 from mara_env.config import ClusterConfig
-from mara_env.traces import load_traces
+from mara_env.traces import TraceError, load_traces
 from mara_env.workload import sample_workload
 
 # Fields that pick an episode or size the cluster, not its users or tasks: a history is
@@ -155,6 +155,22 @@ def _record(
     }
 
 
+def _check_history_split(settings: dict[str, Any]) -> None:
+    """Raise :class:`TraceError` in one line, before any fit or tuning, when the trace
+    library of a cluster of ``settings`` has no :data:`HISTORY_SPLIT` traces to draw its
+    history from."""
+    try:
+        load_traces(settings.get("traces"), split=HISTORY_SPLIT)
+    except TraceError as exc:
+        raise TraceError(
+            f"{exc}: this cluster's history (the deadline prior and hedge's price of a miss "
+            f"that hedge and the policy read) is drawn from the {HISTORY_SPLIT} split of its "
+            f"trace library, whatever --split the run takes; expected a library with "
+            f"{HISTORY_SPLIT} traces, or hedge's prior and price given (hedge:prior=FILE:"
+            "miss_cost=NUMBER, the prior from `mara predictor deadline-prior`)"
+        ) from None
+
+
 @functools.lru_cache(maxsize=16)
 def _prior(jobs: tuple[str, ...], settings_json: str) -> DeadlinePrior:
     settings = json.loads(settings_json)
@@ -163,6 +179,7 @@ def _prior(jobs: tuple[str, ...], settings_json: str) -> DeadlinePrior:
         shipped = DeadlinePrior.load(path)
         if {k: v for k, v in shipped.fitted_on.items() if k != "tasks"} == want:
             return shipped
+    _check_history_split(settings)
     return fit_prior(settings, jobs)
 
 
@@ -262,6 +279,7 @@ def _miss_cost(settings_json: str) -> float:
     for record in shipped_choices():
         if record["fitted_on"] == want:
             return float(record["miss_cost"])
+    _check_history_split(settings)
     log.warning(
         "hedge: tuning miss_cost on this cluster's history (%s), once per process: about 3 minutes",
         settings or "default settings",

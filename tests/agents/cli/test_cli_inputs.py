@@ -482,3 +482,23 @@ def test_predictor_usage_errors_exit_2_as_documented(tmp_path, capsys, argv, cul
     (tmp_path / "exists.json").write_text("{}")
     argv = ["predictor", *(a.format(tmp=tmp_path) for a in argv)]
     refused(argv, capsys, culprit)
+
+
+@pytest.mark.parametrize("spec", ["hedge:predictor=deadline", "hedge:prior=history"])
+@pytest.mark.parametrize("command", ["simulate", "evaluate"])
+def test_a_history_without_a_train_split_is_named_before_any_tuning(
+    tmp_path, capsys, command, spec
+):
+    from mara_env.traces import SHIPPED_LIBRARY
+
+    library = tmp_path / "lib.parquet"
+    traces = pd.read_parquet(SHIPPED_LIBRARY)
+    traces[traces["split"] == "test"].to_parquet(library)
+    argv = [command, "--traces", str(library), "--split", "all", "--horizon", "10"]
+    if command == "simulate":
+        argv += ["--scheduler", spec, "--episodes", "1"]
+    else:
+        argv += [*("--schedulers", spec, "--episodes", "1", "--workers", "1", "--no-progress")]
+        argv += ["--loads", "1.0", "--out", str(tmp_path / "out")]
+    err = refused(argv, capsys, "split='train'", "history", "drawn from the train split")
+    assert "tuning" not in err
