@@ -21,6 +21,7 @@ import torch
 from flow_predictor.features import COND_GRID, FUTURE_RATIOS, STAT_NAMES
 from flow_predictor.flow import FlowPredictor, Normalisation
 from flow_predictor.model import FlowConfig, VelocityNet
+from mara_env.atomic import atomic_path
 
 FORMAT = "mara-flow-predictor"
 VERSION = 1
@@ -61,9 +62,8 @@ def save_checkpoint(
     }
     if train is not None:
         blob["train"] = train
-    tmp = path.with_name(f".{path.name}.tmp")
-    torch.save(blob, tmp)
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp:
+        torch.save(blob, tmp)
 
 
 def read_checkpoint(path: str | os.PathLike) -> dict[str, Any]:

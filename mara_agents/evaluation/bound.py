@@ -53,6 +53,7 @@ import scipy.sparse as sp
 from scipy.optimize import Bounds, LinearConstraint, milp
 
 from mara_agents.evaluation.stats import METRICS
+from mara_env.atomic import atomic_path
 from mara_env.cluster import ClusterSim
 from mara_env.config import ClusterConfig
 from mara_env.traces import TraceSet
@@ -442,11 +443,9 @@ def _cached_bound(
     result = workload_bound(
         wl, config.num_nodes, whole_tick(config), time_limit, integral_nodes, node_limit
     )
-    if path is not None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")  # workers may write the same key
-        tmp.write_text(json.dumps(_to_json(result, time_limit)))
-        tmp.replace(path)
+    if path is not None:  # a temporary file of its own: workers may write the same key
+        with atomic_path(path) as tmp:
+            tmp.write_text(json.dumps(_to_json(result, time_limit)))
     return result
 
 

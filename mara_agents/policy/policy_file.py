@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import os
 import warnings
 from dataclasses import asdict, fields
 from pathlib import Path
@@ -54,6 +53,7 @@ from mara_agents.policy.features import (
     prior_fields,
 )
 from mara_agents.policy.network import MaraNet, ModelConfig, ObsLayout
+from mara_env.atomic import atomic_path
 from mara_env.cluster_env import NODE_FEATURES, QUEUE_FEATURES, SLOT_FEATURES
 from mara_env.config import ClusterConfig
 
@@ -102,10 +102,8 @@ def save_policy(
         "deadline_windows": list(windows) if windows else None,
         "teacher_miss_cost": None if settings is None else settings.miss_cost,
     }
-    # Written beside and renamed: an interrupted export never leaves a half-written file.
-    tmp = out.with_name(out.name + ".tmp")
-    torch.save(data, tmp)
-    os.replace(tmp, out)
+    with atomic_path(out) as tmp:  # an interrupted export leaves no half-written file
+        torch.save(data, tmp)
     return out
 
 

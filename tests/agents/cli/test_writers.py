@@ -170,3 +170,34 @@ def test_curves_refuses_a_result_json_of_the_wrong_shape_in_one_line(
     out = tmp_path / "c.png"
     refused(["curves", str(trial), "--out", str(out)], capsys, "result.json", culprit)
     assert not out.exists() and not out.with_suffix(".csv").exists()
+
+
+def _policy(path: Path) -> None:
+    from mara_agents.policy.inference import load_policy
+    from mara_agents.policy.policy_file import save_policy
+
+    save_policy(load_policy().net, path, {})
+
+
+def _flow_checkpoint(path: Path) -> None:
+    from flow_predictor.checkpoint import load_predictor, save_checkpoint
+
+    p = load_predictor()
+    save_checkpoint(path, p.net, p.norm)
+
+
+@pytest.mark.parametrize("save", [_policy, _flow_checkpoint], ids=["policy", "flow checkpoint"])
+def test_an_interrupted_torch_file_leaves_the_old_one_and_no_temporary(tmp_path, monkeypatch, save):
+    torch = pytest.importorskip("torch")
+    path = tmp_path / "file.pt"
+    path.write_bytes(b"the earlier file")
+
+    def half_then_ctrl_c(obj, f):
+        Path(f).write_bytes(b"half")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(torch, "save", half_then_ctrl_c)
+    with pytest.raises(KeyboardInterrupt):
+        save(path)
+    assert [p.name for p in tmp_path.iterdir()] == ["file.pt"]
+    assert path.read_bytes() == b"the earlier file"
