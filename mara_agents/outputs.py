@@ -359,6 +359,18 @@ def input_digests(files: Iterable[tuple[str, str | os.PathLike]]) -> dict[str, s
     return digests
 
 
+def changed_input(before: dict[str, str], now: dict[str, str]) -> str | None:
+    """What changed of an input both :func:`input_digests` name (``"--jobs t.parquet has
+    changed since the run read it (sha256 ...)"``), or None."""
+    for name, digest in now.items():
+        if name in before and before[name] != digest:
+            return (
+                f"{name} has changed since the run read it (sha256 {before[name][:12]}... "
+                f"then, {digest[:12]}... now)"
+            )
+    return None
+
+
 def _same_settings(before: dict | None, now: dict | None, path: Path, option: str) -> None:
     """Refuse to resume a run whose recorded settings differ from ``now``, naming one: an
     input file whose content changed first (:data:`INPUTS`), then any other setting."""
@@ -373,13 +385,12 @@ def _same_settings(before: dict | None, now: dict | None, path: Path, option: st
                 "(an earlier version of mara), so --resume cannot tell whether they changed; "
                 "--force to start it again"
             )
-        for name, digest in now[INPUTS].items():
-            if name in read and read[name] != digest:
-                raise OutputError(
-                    f"{option} {path}: {name} has changed since the run read it (sha256 "
-                    f"{read[name][:12]}... then, {digest[:12]}... now); --resume continues a "
-                    "run on the same inputs: restore the file, or --force to start again"
-                )
+        changed = changed_input(read, now[INPUTS])
+        if changed is not None:
+            raise OutputError(
+                f"{option} {path}: {changed}; --resume continues a run on the same inputs: "
+                "restore the file, or --force to start again"
+            )
     for key in sorted((set(before) | set(now)) - {INPUTS}):
         if before.get(key) != now.get(key):
             raise OutputError(

@@ -384,3 +384,13 @@ def test_a_killed_drivers_processes_are_ended_by_the_next_run(tmp_path, monkeypa
     (folder / "999999999-1.json").write_text(json.dumps(stale))
     assert processes.reap() == [orphan]
     assert processes._stat(orphan) is None and not list(folder.iterdir())
+
+
+@pytest.mark.parametrize("line", ["[1, 2]", "null", '"start"', "3"])
+def test_a_journal_line_that_is_not_an_object_is_named(tmp_path, line):
+    journal = Journal(tmp_path)
+    journal.start({"digest": "x"})
+    with open(journal.path, "a") as f:
+        f.write(line + "\n" + json.dumps({"kind": "tick", "t": 0}) + "\n")
+    with pytest.raises(JournalError, match="line 2 is not a JSON object"):
+        journal.read()

@@ -4,7 +4,9 @@ refused in one line naming it, and nothing from two inputs is merged."""
 
 from __future__ import annotations
 
+import json
 import shutil
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -78,3 +80,32 @@ def test_resume_refuses_an_input_file_that_changed_naming_it(tmp_path, capsys, k
     assert (out / "results.csv").read_bytes() == results  # nothing merged, nothing lost
     path.write_bytes(kept)  # the same bytes again: resumed
     assert main([*argv, "--resume"]) == 0
+
+
+def test_live_resume_refuses_a_file_the_scheduler_names_that_changed(tmp_path, capsys):
+    """``mara live --resume`` records the digests in its journal's start record: a prior
+    (or policy) file named by the spec that changed since is refused before Ray starts."""
+    pytest.importorskip("ray")
+    from mara_agents.live.jobfile import load_job_file
+    from mara_agents.outputs import input_digests
+
+    prior = tmp_path / "prior.json"
+    prior.write_text(SHIPPED_PRIOR.read_text())
+    jobs = Path(__file__).resolve().parents[3] / "examples" / "live" / "small.yaml"
+    spec = f"hedge:prior={prior}:miss_cost=1"
+    out = tmp_path / "live"
+    out.mkdir()
+    start = {
+        "kind": "start",
+        "digest": load_job_file(jobs, 10.0, 4).digest,
+        "scheduler": spec,
+        "nodes": 4,
+        "tick_seconds": 10.0,
+        "inputs": input_digests([("--scheduler", prior)]),
+    }
+    (out / "journal.jsonl").write_text(json.dumps(start) + "\n")
+    prior.write_text(prior.read_text() + "\n")
+    argv = ["live", str(jobs), "--scheduler", spec, "--nodes", "4", "--tick-seconds", "10"]
+    assert main([*argv, "--out", str(out), "--resume", "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f"--scheduler {prior} has changed" in err, err
