@@ -109,3 +109,26 @@ def test_live_resume_refuses_a_file_the_scheduler_names_that_changed(tmp_path, c
     assert main([*argv, "--out", str(out), "--resume", "--no-progress"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and f"--scheduler {prior} has changed" in err, err
+
+
+def test_train_resume_refuses_a_trace_library_that_changed_naming_it(tmp_path):
+    """``mara train --resume`` (and a resumed cloning stage) compares the experiment's
+    record, which holds the digests of the files the run reads."""
+    import dataclasses
+
+    from mara_agents.training.experiment import load_experiment
+    from mara_agents.training.records import check_unchanged, write_record
+    from mara_env.config import ConfigError
+
+    make, change = _parquet(SHIPPED_LIBRARY)
+    library = tmp_path / "lib.parquet"
+    make(library)
+    root = Path(__file__).resolve().parents[3]
+    exp = load_experiment(root / "experiments" / "mara_smoke.yaml")
+    exp = dataclasses.replace(exp, env=exp.env.replace(traces=str(library)))
+    record = tmp_path / "run" / "experiment.yaml"
+    write_record(exp, record)
+    check_unchanged(exp, record)  # the same bytes: resumed
+    change(library)
+    with pytest.raises(ConfigError, match=rf"inputs\.env\.traces {library}"):
+        check_unchanged(exp, record)
