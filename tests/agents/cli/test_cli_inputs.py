@@ -205,7 +205,7 @@ def test_traces_import_refuses_a_flat_curve(tmp_path, capsys, loss):
     src = _flat_library(tmp_path / "flat.parquet", loss)
     lib = tmp_path / "lib.parquet"
     argv = ["traces", "import", str(src), "--out", str(lib)]
-    assert main(argv) == 1
+    assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "never falls below its first value" in err
     assert not lib.exists()
@@ -214,7 +214,7 @@ def test_traces_import_refuses_a_flat_curve(tmp_path, capsys, loss):
 def test_traces_import_refuses_a_directory_as_out(tmp_path, capsys):
     src = tmp_path / "in.csv"
     pd.DataFrame({"trace_id": ["a"]}).to_csv(src, index=False)
-    assert main(["traces", "import", str(src), "--out", str(tmp_path)]) == 1
+    assert main(["traces", "import", str(src), "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip()
     assert f"{tmp_path}: is a directory" in err and "TensorBoard" not in err
 
@@ -502,3 +502,36 @@ def test_a_history_without_a_train_split_is_named_before_any_tuning(
         argv += ["--loads", "1.0", "--out", str(tmp_path / "out")]
     err = refused(argv, capsys, "split='train'", "history", "drawn from the train split")
     assert "tuning" not in err
+
+
+# a command reading each kind of input file, given junk: {junk} is a file of junk bytes,
+# {empty} an empty folder
+JUNK_READERS = {
+    "trace library (traces info)": ["traces", "info", "{junk}.parquet"],
+    "trace file (traces import)": ["traces", "import", "{junk}.csv", "--out", "{tmp}/l.parquet"],
+    "job log (jobs import)": ["jobs", "import", "{junk}.csv", "--out", "{tmp}/j.parquet"],
+    "jobs table (jobs info)": ["jobs", "info", "{junk}.parquet"],
+    "jobs table (simulate)": ["simulate", "--jobs", "{junk}.parquet", "--episodes", "1"],
+    "trace library (evaluate)": ["evaluate", "--traces", "{junk}.parquet", "--out", "{tmp}/o"],
+    "cluster file (simulate)": ["simulate", "--cluster", "{junk}.yaml"],
+    "live run (calibrate)": ["calibrate", "{empty}", "--out", "{tmp}/c.yaml"],
+    "live job file (live)": ["live", "{junk}.yaml", "--out", "{tmp}/live"],
+    "prior (simulate)": ["simulate", "--scheduler", "hedge:prior={junk}.json", "--episodes", "1"],
+    "experiment (train)": ["train", "{junk}.yaml", "--out", "{tmp}/runs"],
+    "trial (curves)": ["curves", "{empty}", "--out", "{tmp}/c.png"],
+    "checkpoint (export)": ["export", "{empty}", "--out", "{tmp}/p.pt"],
+}
+NEEDS_RAY = ("live", "train", "curves", "export")
+
+
+@pytest.mark.parametrize("kind", sorted(JUNK_READERS))
+def test_every_reader_refuses_a_junk_file_in_one_line_with_status_2(tmp_path, capsys, kind):
+    argv = JUNK_READERS[kind]
+    if argv[0] in NEEDS_RAY:
+        pytest.importorskip("ray")
+    junk = tmp_path / "junk"
+    for suffix in (".parquet", ".csv", ".yaml", ".json"):
+        junk.with_suffix(suffix).write_bytes(b"\x00\xffjunk: [\n\x80")
+    (tmp_path / "empty").mkdir()
+    argv = [a.format(junk=junk, empty=tmp_path / "empty", tmp=tmp_path) for a in argv]
+    refused(argv, capsys, "junk" if "{junk}" in " ".join(JUNK_READERS[kind]) else "empty")
