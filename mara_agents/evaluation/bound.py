@@ -437,9 +437,12 @@ def _cached_bound(
     key = _cache_key(wl, config, integral_nodes, node_limit)
     path = Path(where) / f"{key}.json" if where else None
     if path is not None and path.exists():
-        got = json.loads(path.read_text())
-        if got["status"] == "optimal" or got["time_limit"] >= time_limit:
-            return _from_json(got, len(wl))
+        try:
+            got = json.loads(path.read_text())
+            if got["status"] == "optimal" or got["time_limit"] >= time_limit:
+                return _from_json(got, len(wl))
+        except (ValueError, KeyError, TypeError, IndexError):  # not an entry: solved again
+            pass
     result = workload_bound(
         wl, config.num_nodes, whole_tick(config), time_limit, integral_nodes, node_limit
     )
