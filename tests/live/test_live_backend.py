@@ -190,6 +190,11 @@ def test_a_job_file_turns_seconds_into_ticks(tmp_path):
         ("jobs: [{name: a, trainer: lm, target: 1, cap: 1, deadline: 3, 7: 1}]", "job 0: key 7"),
         ("jobs: [{name: a, trainer: lm, target: 1, cap: 1, deadline: 3, null: 1}]", "key None"),
         ("jobs: [{name: a, trainer: lm, target: 1, cap: 1, deadline: 3}]\n1: 2", r"key\(s\) \[1\]"),
+        # a deadline shorter than a tick: not rounded up to a longer one
+        (
+            "jobs: [{name: a, trainer: lm, target: 1, cap: 1, deadline_s: 0.5}]",
+            r"deadline_s=0.5: shorter than 1 tick\(s\) of --tick-seconds 1",
+        ),
     ],
 )
 def test_a_bad_job_file_is_named_with_what_was_expected(tmp_path, text, message):
