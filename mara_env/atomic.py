@@ -32,7 +32,8 @@ def signals_deferred() -> Iterator[None]:
     previous = {}
     try:
         for signum in STOP_SIGNALS:
-            previous[signum] = signal.signal(signum, lambda *got: caught.append(got))
+            if signal.getsignal(signum) is not None:  # None: set outside Python, kept
+                previous[signum] = signal.signal(signum, lambda *got: caught.append(got))
         yield
     finally:
         for signum, handler in previous.items():
