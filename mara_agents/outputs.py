@@ -354,8 +354,11 @@ def input_digests(files: Iterable[tuple[str, str | os.PathLike]]) -> dict[str, s
     recorded as the settings' :data:`INPUTS`, a resumed run must read the same bytes."""
     digests = {}
     for option, path in files:
+        digest = hashlib.sha256()
         with open(path, "rb") as f:
-            digests[f"{option} {os.fspath(path)}"] = hashlib.file_digest(f, "sha256").hexdigest()
+            while block := f.read(1 << 20):
+                digest.update(block)
+        digests[f"{option} {os.fspath(path)}"] = digest.hexdigest()
     return digests
 
 

@@ -107,20 +107,21 @@ def checked_args(args: argparse.Namespace) -> dict[str, Any]:
     )
 
 
-def inputs(args: argparse.Namespace, config: Any) -> list[tuple[str, Any]]:
-    """The files the evaluation reads, by option: the trace library, the jobs table, the
-    cluster file and the files the specs name (a policy, a prior)."""
+def inputs(args: argparse.Namespace, kwargs: dict[str, Any]) -> list[tuple[str, Any]]:
+    """The files the evaluation of :func:`checked_args` ``kwargs`` reads, by option: the
+    trace library, the jobs table, the cluster file and the files the specs name (a
+    policy, a prior)."""
     from mara_agents.evaluation.registry import spec_files
     from mara_env.job_logs import jobs_path
     from mara_env.traces import SHIPPED_LIBRARY
 
+    config = kwargs["config"]
     files = [("--traces", config.traces or SHIPPED_LIBRARY)]
     if config.jobs is not None:
         files.append(("--jobs", jobs_path(config.jobs)))
     if args.cluster is not None:
         files.append(("--cluster", args.cluster))
-    specs = checks.parse_list(args.schedulers, "--schedulers", str, "scheduler specs")
-    files += [("--schedulers", path) for spec in specs for path in spec_files(spec)]
+    files += [("--schedulers", path) for spec in kwargs["specs"] for path in spec_files(spec)]
     return files
 
 
@@ -138,7 +139,7 @@ def run(args: argparse.Namespace) -> int:
         kwargs = checked_args(args)
         settings = {k: kwargs[k] for k in ("specs", "loads", "episodes", "seeds")}
         settings["config"] = dataclasses.asdict(kwargs["config"])
-        settings[INPUTS] = input_digests(inputs(args, kwargs["config"]))
+        settings[INPUTS] = input_digests(inputs(args, kwargs))
         run_dir = prepare_out(
             args.out,
             command="evaluate",
