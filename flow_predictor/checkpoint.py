@@ -62,8 +62,8 @@ def save_checkpoint(
     }
     if train is not None:
         blob["train"] = train
-    with atomic_path(path) as tmp:
-        torch.save(blob, tmp)
+    with atomic_path(path) as tmp, open(tmp, "wb") as f:  # a file object: the same bytes
+        torch.save(blob, f)  # for the same checkpoint (not the temporary's name inside)
 
 
 def read_checkpoint(path: str | os.PathLike) -> dict[str, Any]:

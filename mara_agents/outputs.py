@@ -352,14 +352,16 @@ def input_digests(files: Iterable[tuple[str, str | os.PathLike]]) -> dict[str, s
     """The sha256 of each input file, by how the command was told of it: ``(option,
     path)`` pairs, e.g. ``("--jobs", "t.parquet")`` -> ``{"--jobs t.parquet": "9f2c..."}``;
     recorded as the settings' :data:`INPUTS`, a resumed run must read the same bytes."""
-    digests = {}
-    for option, path in files:
-        digest = hashlib.sha256()
-        with open(path, "rb") as f:
-            while block := f.read(1 << 20):
-                digest.update(block)
-        digests[f"{option} {os.fspath(path)}"] = digest.hexdigest()
-    return digests
+    return {f"{option} {os.fspath(path)}": file_digest(path) for option, path in files}
+
+
+def file_digest(path: str | os.PathLike) -> str:
+    """SHA-256 of a file's bytes, as hex (read in blocks: a trace library may be large)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(1 << 20):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def changed_input(before: dict[str, str], now: dict[str, str]) -> str | None:

@@ -191,7 +191,7 @@ def retrain(
 def _ppo_stage(path: Path, weights: Path, start: str, root: Path) -> Path:
     """The PPO stage of the YAML at ``path`` from ``weights``, exported to
     ``root/<name>.pt`` (reused when it was trained from the same settings and weights)."""
-    from mara_agents.policy.policy_file import file_digest
+    from mara_agents.outputs import file_digest
     from mara_agents.training.experiment import load_experiment
     from mara_agents.training.records import RECORD, check_unchanged
 
@@ -218,7 +218,7 @@ def _ppo_stage(path: Path, weights: Path, start: str, root: Path) -> Path:
 def _check_origin(origin: Path, weights: Path, made: Path, undo: str) -> None:
     """ConfigError unless ``made`` began from the weights ``weights`` holds now (``origin``
     records their digest, when it exists); ``undo`` says how to redo it from them."""
-    from mara_agents.policy.policy_file import file_digest
+    from mara_agents.outputs import file_digest
 
     if origin.is_file() and origin.read_text().strip() != file_digest(weights):
         raise ConfigError(
@@ -231,7 +231,7 @@ def _check_origin(origin: Path, weights: Path, made: Path, undo: str) -> None:
 def _dagger_stage(path: Path, weights: Path, root: Path) -> Path:
     """The DAgger rounds of the YAML at ``path`` from ``weights``, exported to
     ``root/<name>.pt``; finished rounds are reused while they began from the same weights."""
-    from mara_agents.policy.policy_file import file_digest
+    from mara_agents.outputs import file_digest
     from mara_agents.training.clone import pretrain
     from mara_agents.training.experiment import load_experiment
     from mara_agents.training.export import export_warm_start

@@ -97,16 +97,16 @@ def experiment_record(exp: Experiment) -> dict[str, Any]:
 
 
 def input_files(exp: Experiment) -> list[tuple[str, Path]]:
-    """The files a run of ``exp`` reads, by key: the trace library, the jobs tables, the
-    warm start (those that exist: :func:`check_inputs` names a missing one)."""
+    """The files a resumed run of ``exp`` reads again, by key: the trace library and the
+    jobs tables its episodes draw from (those that exist: :func:`check_inputs` names a
+    missing one).  The warm start is read once, before the first iteration (and a stage
+    retrained under it is named by :mod:`mara_agents.reproduce`'s own check)."""
     from mara_env.job_logs import jobs_path
     from mara_env.traces import SHIPPED_LIBRARY
 
     files = [("env.traces", Path(exp.env.traces or SHIPPED_LIBRARY))]
     files += [("env.jobs", jobs_path(exp.env.jobs))] if exp.env.jobs else []
     files += [("train_jobs", jobs_path(j)) for j in exp.train_jobs or () if j]
-    if exp.pretrain.init_weights:
-        files.append(("pretrain.init_weights", Path(exp.pretrain.init_weights)))
     return [(key, path) for key, path in files if path.is_file()]
 
 

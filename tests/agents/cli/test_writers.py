@@ -193,7 +193,7 @@ def test_an_interrupted_torch_file_leaves_the_old_one_and_no_temporary(tmp_path,
     path.write_bytes(b"the earlier file")
 
     def half_then_ctrl_c(obj, f):
-        Path(f).write_bytes(b"half")
+        f.write(b"half")
         raise KeyboardInterrupt
 
     monkeypatch.setattr(torch, "save", half_then_ctrl_c)
@@ -201,3 +201,8 @@ def test_an_interrupted_torch_file_leaves_the_old_one_and_no_temporary(tmp_path,
         save(path)
     assert [p.name for p in tmp_path.iterdir()] == ["file.pt"]
     assert path.read_bytes() == b"the earlier file"
+    monkeypatch.undo()
+    save(path)
+    first = path.read_bytes()
+    save(path)
+    assert path.read_bytes() == first  # the same file, the same bytes
