@@ -11,16 +11,25 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 import mara_env.atomic
 
 # Loads mara_env/atomic.py by its path, so that a process starts in milliseconds and the
 # interrupts land all over the writing loop, not in imports.
 WRITER = """
-import importlib.util, sys
+import importlib.util, signal, sys
 spec = importlib.util.spec_from_file_location("atomic", sys.argv[1])
 atomic = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(atomic)
 out = sys.argv[2]
+
+
+def stop(signum, frame):  # SIGTERM stops as Ctrl-C does, as the mara command line has it
+    raise KeyboardInterrupt
+
+
+signal.signal(signal.SIGTERM, stop)
 n = 0
 print("ready", flush=True)
 try:
@@ -40,9 +49,12 @@ def _whole(path: Path) -> bool:
     return len(lines) == 5000 and len(set(lines)) == 1
 
 
-def test_interrupts_at_random_moments_lose_nothing_saved_and_leave_no_temporary_file(tmp_path):
-    rng = random.Random(0)
-    for i in range(24):
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_interrupts_at_random_moments_lose_nothing_saved_and_leave_no_temporary_file(
+    tmp_path, stop
+):
+    rng = random.Random(int(stop))
+    for i in range(16):
         out = tmp_path / str(i)
         out.mkdir()
         proc = subprocess.Popen(
@@ -53,10 +65,10 @@ def test_interrupts_at_random_moments_lose_nothing_saved_and_leave_no_temporary_
         )
         assert proc.stdout.readline() == "ready\n"
         time.sleep(rng.uniform(0.0, 0.05))
-        proc.send_signal(signal.SIGINT)
-        if i % 3 == 0:  # a second Ctrl-C while the last save is written
+        proc.send_signal(stop)
+        if i % 3 == 0:  # a second one while the last save is written
             time.sleep(rng.uniform(0.0, 0.002))
-            proc.send_signal(signal.SIGINT)
+            proc.send_signal(stop)
         proc.communicate(timeout=20)
         names = sorted(p.name for p in out.iterdir())
         assert set(names) <= {"saved.txt", "other.txt", "final.txt"}, names  # no temporary
