@@ -305,10 +305,11 @@ def _pool_context() -> multiprocessing.context.BaseContext:
     while it starts up prints a traceback; the parent alone stops on it, and stops them."""
     from multiprocessing import forkserver
 
-    if threading.current_thread() is not threading.main_thread():
+    previous = signal.getsignal(signal.SIGINT)  # None: set outside Python, left alone
+    if threading.current_thread() is not threading.main_thread() or previous is None:
         forkserver.ensure_running()
     else:
-        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # inherited through exec
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # inherited through exec
         try:
             forkserver.ensure_running()
         finally:
