@@ -308,12 +308,16 @@ def _pool_context() -> multiprocessing.context.BaseContext:
     previous = signal.getsignal(signal.SIGINT)  # None: set outside Python, left alone
     if threading.current_thread() is not threading.main_thread() or previous is None:
         forkserver.ensure_running()
-    else:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)  # inherited through exec
+    else:  # blocked meanwhile, a Ctrl-C waits for the handler again rather than being lost
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
         try:
-            forkserver.ensure_running()
+            signal.signal(signal.SIGINT, signal.SIG_IGN)  # what the server inherits
+            try:
+                forkserver.ensure_running()
+            finally:
+                signal.signal(signal.SIGINT, previous)
         finally:
-            signal.signal(signal.SIGINT, previous)
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
     return multiprocessing.get_context("forkserver")
 
 
