@@ -308,7 +308,9 @@ def _pool_context() -> multiprocessing.context.BaseContext:
     previous = signal.getsignal(signal.SIGINT)  # None: set outside Python, left alone
     if threading.current_thread() is not threading.main_thread() or previous is None:
         forkserver.ensure_running()
-    else:  # blocked meanwhile, a Ctrl-C waits for the handler again rather than being lost
+    else:
+        # Blocked in this thread meanwhile, a Ctrl-C mostly waits for the handler again;
+        # one that another thread takes in the ~10 ms of the spawn is ignored (press again).
         mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
         try:
             signal.signal(signal.SIGINT, signal.SIG_IGN)  # what the server inherits
