@@ -375,7 +375,7 @@ class Kept:
             finished = self.path.with_name("results.csv")
             source = self.path if self.path.is_file() else finished
             if source.is_file():
-                earlier = pd.read_csv(source)
+                earlier = _earlier_rows(source)
                 earlier["scheduler"] = earlier["scheduler"].map(lambda s: specs.get(s, s))
                 self.rows = earlier.to_dict("records")
 
@@ -399,6 +399,22 @@ class Kept:
         """The reports are written: the partial rows are no longer needed."""
         if self.path is not None:
             self.path.unlink(missing_ok=True)
+
+
+def _earlier_rows(path: Path) -> pd.DataFrame:
+    """The results rows a resumed run keeps, from ``path``; ValueError naming it when it
+    is not a results table (a file edited or broken since)."""
+    try:
+        earlier = pd.read_csv(path)
+    except (ValueError, UnicodeDecodeError) as exc:
+        why = (str(exc).splitlines() or [type(exc).__name__])[0]
+        raise ValueError(f"{path}: not a results table ({why}); --force to start again") from None
+    missing = [c for c in COLUMNS if c not in earlier.columns]
+    if missing:
+        raise ValueError(
+            f"{path}: not a results table (no column {missing[0]!r}); --force to start again"
+        )
+    return earlier
 
 
 def _warn_empty_episodes(df: pd.DataFrame) -> None:

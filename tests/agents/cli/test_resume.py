@@ -132,3 +132,18 @@ def test_train_resume_refuses_a_trace_library_that_changed_naming_it(tmp_path):
     change(library)
     with pytest.raises(ConfigError, match=rf"inputs\.env\.traces {library}"):
         check_unchanged(exp, record)
+
+
+@pytest.mark.parametrize("name", ["results.partial.csv", "results.csv"])
+@pytest.mark.parametrize(
+    "junk", [b"", b"\x00\xffjunk", b"a,b\n1,2\n"], ids=["empty", "bytes", "other"]
+)
+def test_resume_names_a_kept_results_file_that_is_not_one(tmp_path, capsys, name, junk):
+    out = tmp_path / "out"
+    argv = [*EVALUATE, "--schedulers", "uniform", "--out", str(out)]
+    assert main(argv) == 0
+    (out / name).write_bytes(junk)
+    capsys.readouterr()
+    assert main([*argv, "--resume"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f"{out / name}: not a results table" in err, err
