@@ -21,6 +21,7 @@ import torch
 from flow_predictor.features import COND_GRID, FUTURE_RATIOS, STAT_NAMES
 from flow_predictor.flow import FlowPredictor, Normalisation
 from flow_predictor.model import FlowConfig, VelocityNet
+from mara_env.atomic import atomic_path
 
 FORMAT = "mara-flow-predictor"
 VERSION = 1
@@ -82,9 +83,13 @@ def save_checkpoint(
     }
     if train is not None:
         blob["train"] = to_cpu(train)
-    tmp = path.with_name(f".{path.name}.tmp")
-    torch.save(blob, tmp)
-    os.replace(tmp, path)
+    save_blob(path, blob)
+
+
+def save_blob(path: str | os.PathLike, blob: dict[str, Any]) -> None:
+    """``torch.save`` of ``blob`` to ``path``, atomically."""
+    with atomic_path(path) as tmp, open(tmp, "wb") as f:  # a file object: the same bytes
+        torch.save(blob, f)  # for the same checkpoint (not the temporary's name inside)
 
 
 def load_blob(path: str | os.PathLike, what: str, writer: str) -> Any:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import signal
 import sys
 
@@ -103,6 +104,14 @@ def _terminate(signum: int, frame: object) -> None:
     raise Terminated
 
 
+def _stdout_to_devnull() -> None:
+    """Send what is left to print to /dev/null: the reader of stdout has closed it, and
+    Python would otherwise report the failed flush at exit."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``mara`` console script."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -118,7 +127,12 @@ def main(argv: list[str] | None = None) -> int:
         checks.check_numbers(parser, args)
         if args.command in NEEDS:
             require(NEEDS[args.command])
-        return int(args._run(args) or 0)
+        status = int(args._run(args) or 0)
+        sys.stdout.flush()  # here, so that a reader gone away is seen below, not at exit
+        return status
+    except BrokenPipeError:  # stdout's reader stopped (`mara jobs info | head -1`)
+        _stdout_to_devnull()
+        return 0
     except checks.UsageError as exc:
         print(f"mara {_command(argv)}: error: {exc}", file=sys.stderr)
         return 2

@@ -22,12 +22,13 @@ from __future__ import annotations
 import atexit
 import fcntl
 import fnmatch
+import hashlib
 import json
 import os
 import shutil
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 # In every run folder: the lock a run holds while it writes, and the record of which
@@ -342,18 +343,72 @@ def _record(fd: int) -> dict:
     return record if isinstance(record, dict) else {}
 
 
+# The settings key under which a run records the digest of each file it reads
+# (:func:`input_digests`): what ``--resume`` compares first, naming a file that changed.
+INPUTS = "inputs"
+
+
+def input_digests(files: Iterable[tuple[str, str | os.PathLike]]) -> dict[str, str]:
+    """The sha256 of each input file, by how the command was told of it: ``(option,
+    path)`` pairs, e.g. ``("--jobs", "t.parquet")`` -> ``{"--jobs t.parquet": "9f2c..."}``;
+    recorded as the settings' :data:`INPUTS`, a resumed run must read the same bytes."""
+    return {f"{option} {os.fspath(path)}": file_digest(path) for option, path in files}
+
+
+def file_digest(path: str | os.PathLike) -> str:
+    """SHA-256 of a file's bytes, as hex (read in blocks: a trace library may be large)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(1 << 20):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def changed_input(before: dict[str, str], now: dict[str, str]) -> str | None:
+    """What changed of an input both :func:`input_digests` name (``"--jobs t.parquet has
+    changed since the run read it (sha256 ...)"``), or None."""
+    for name, digest in now.items():
+        if name in before and before[name] != digest:
+            return (
+                f"{name} has changed since the run read it (sha256 {before[name][:12]}... "
+                f"then, {digest[:12]}... now)"
+            )
+    return None
+
+
 def _same_settings(before: dict | None, now: dict | None, path: Path, option: str) -> None:
-    """Refuse to resume a run whose recorded settings differ from ``now``, naming one."""
+    """Refuse to resume a run whose recorded settings differ from ``now``, naming one: an
+    input file whose content changed first (:data:`INPUTS`), then any other setting."""
     if now is None or before is None:
         return
     now = json.loads(json.dumps(now, default=str))
-    for key in sorted(set(before) | set(now)):
+    if INPUTS in now:
+        read = before.get(INPUTS)
+        if not isinstance(read, dict):
+            raise OutputError(
+                f"{option} {path}: holds a run that recorded no digest of the files it read "
+                "(an earlier version of mara), so --resume cannot tell whether they changed; "
+                "--force to start it again"
+            )
+        changed = changed_input(read, now[INPUTS])
+        if changed is not None:
+            raise OutputError(
+                f"{option} {path}: {changed}; --resume continues a run on the same inputs: "
+                "restore the file, or --force to start again"
+            )
+    for key in sorted((set(before) | set(now)) - {INPUTS}):
         if before.get(key) != now.get(key):
             raise OutputError(
                 f"{option} {path}: holds a run with {key}={before.get(key)!r}, not "
                 f"{now.get(key)!r}; --resume continues the same run: give the same options, "
                 "or --force to replace it"
             )
+    if INPUTS in now and set(now[INPUTS]) != set(before[INPUTS]):
+        raise OutputError(
+            f"{option} {path}: holds a run that read {sorted(before[INPUTS])}, not "
+            f"{sorted(now[INPUTS])}; --resume continues the same run: give the same files, "
+            "or --force to replace it"
+        )
 
 
 def _write_marker(fd: int, command: str, settings: dict | None = None) -> None:

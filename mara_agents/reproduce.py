@@ -191,7 +191,7 @@ def retrain(
 def _ppo_stage(path: Path, weights: Path, start: str, root: Path) -> Path:
     """The PPO stage of the YAML at ``path`` from ``weights``, exported to
     ``root/<name>.pt`` (reused when it was trained from the same settings and weights)."""
-    from mara_agents.policy.policy_file import file_digest
+    from mara_agents.outputs import file_digest
     from mara_agents.training.experiment import load_experiment
     from mara_agents.training.records import RECORD, check_unchanged
 
@@ -218,7 +218,7 @@ def _ppo_stage(path: Path, weights: Path, start: str, root: Path) -> Path:
 def _check_origin(origin: Path, weights: Path, made: Path, undo: str) -> None:
     """ConfigError unless ``made`` began from the weights ``weights`` holds now (``origin``
     records their digest, when it exists); ``undo`` says how to redo it from them."""
-    from mara_agents.policy.policy_file import file_digest
+    from mara_agents.outputs import file_digest
 
     if origin.is_file() and origin.read_text().strip() != file_digest(weights):
         raise ConfigError(
@@ -231,7 +231,7 @@ def _check_origin(origin: Path, weights: Path, made: Path, undo: str) -> None:
 def _dagger_stage(path: Path, weights: Path, root: Path) -> Path:
     """The DAgger rounds of the YAML at ``path`` from ``weights``, exported to
     ``root/<name>.pt``; finished rounds are reused while they began from the same weights."""
-    from mara_agents.policy.policy_file import file_digest
+    from mara_agents.outputs import file_digest
     from mara_agents.training.clone import pretrain
     from mara_agents.training.experiment import load_experiment
     from mara_agents.training.export import export_warm_start
@@ -356,6 +356,16 @@ def deadline_models_table(frames: dict[str, pd.DataFrame]) -> str:
                 cells.append(f"{rate:.3f}<br>{100 * d['diff']:+.1f} ± {100 * d['ci95']:.1f}")
         lines.append(f"| {spec} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
+
+
+# The plots the summary links, each only when this run wrote it
+PLOTS = (
+    "schedulers/completion_vs_load.png",
+    "schedulers/completion_by_family.png",
+    "predictor/predictor_error.png",
+    "episode_gantt.png",
+    "replayed/day_gantt.png",
+)
 
 
 def reproduce(
@@ -486,12 +496,9 @@ def reproduce(
             out / "replayed" / "day_gantt.png",
         )
     _done(t)
+    written = ", ".join(f"`{p}`" for p in PLOTS if (out / p).is_file())  # no link to nothing
     parts.append(
-        "Plots: `schedulers/completion_vs_load.png`, `schedulers/completion_by_family.png`, "
-        "`predictor/predictor_error.png`, "
-        "`episode_gantt.png`"
-        + (", `replayed/day_gantt.png`" if jobs is not None else "")
-        + "; TensorBoard: `tensorboard --logdir "
+        f"Plots: {written}; TensorBoard: `tensorboard --logdir "
         f"{out / 'schedulers' / 'tb'}`.\n\nWall time: {time.perf_counter() - started:.0f} s.\n"
     )
     summary = "\n".join(parts)

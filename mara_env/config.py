@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
+import math
 import os
 import types
 import typing
@@ -120,6 +122,13 @@ class ClusterConfig:
         def number_in(v: Any, lo: float, hi: float) -> bool:
             return isinstance(v, (int, float)) and not isinstance(v, bool) and lo <= v <= hi
 
+        for name in ("traces", "jobs"):  # a path may be given as a Path
+            if isinstance(getattr(self, name), os.PathLike):
+                object.__setattr__(self, name, os.fspath(getattr(self, name)))
+        for name, hint in _hints().items():  # types first: each later rule reads a typed value
+            value = getattr(self, name)
+            if not _typed(value, hint):
+                raise bad(name, _expected(hint))
         for name in ("num_nodes", "num_slots", "horizon", "ref_nodes"):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
@@ -186,6 +195,10 @@ class ClusterConfig:
             raise bad("throughput_noise", "a coefficient of variation in [0, 10] (0: none)")
         if self.throughput not in THROUGHPUT_MODES:
             raise bad("throughput", f"one of {list(THROUGHPUT_MODES)}")
+        self._check_deadlines_possible()
+        for name in _hints():  # what no rule above gives a range
+            if not _finite(getattr(self, name)):
+                raise bad(name, "a finite number")
         if self.jobs is not None:
             if not isinstance(self.jobs, str) or not (
                 self.jobs in SHIPPED_JOBS or self.jobs.endswith((".parquet", ".pq"))
@@ -193,6 +206,25 @@ class ClusterConfig:
                 raise bad("jobs", f"None, one of {sorted(SHIPPED_JOBS)} or a .parquet jobs table")
             if self.jobs not in SHIPPED_JOBS and not os.path.isfile(self.jobs):
                 raise bad("jobs", "an existing jobs table (make one with `mara jobs import`)")
+
+    def _check_deadlines_possible(self) -> None:
+        """Refuse a padded model whose every deadline is shorter than any task can take:
+        an estimate never exceeds the menu's largest value, and a task runs at most
+        ``(cap / n_ref) ** alpha`` times faster than its size says."""
+        if self.deadline_model != "padded" or self.jobs is not None:
+            return
+        longest = math.ceil(self.deadline_slack[1] * self.estimate_menu[-1])
+        cap = max(self.cap_choices)
+        fastest = self.size_range[0] / (cap / min(cap, self.ref_nodes)) ** self.alpha_range[1]
+        if longest < fastest:
+            raise ConfigError(
+                f"config estimate_menu={list(self.estimate_menu)}: every deadline would be at "
+                f"most {longest} tick(s) after arrival (slack up to "
+                f"{self.deadline_slack[1]:g} x the menu's largest estimate "
+                f"{self.estimate_menu[-1]:g}), but the quickest task takes {fastest:.3g} "
+                f"ticks (size_range from {self.size_range[0]:g}): no task could complete; "
+                "expected a menu that reaches the tasks' sizes"
+            )
 
     @property
     def deadline_slack(self) -> tuple[float, float]:
@@ -206,8 +238,7 @@ class ClusterConfig:
         unknown = sorted(set(values) - set(allowed))
         if unknown:
             raise ConfigError(f"{where}: unknown key(s) {unknown}; allowed keys: {allowed}")
-        values = {k: tuple(v) if isinstance(v, list) else v for k, v in values.items()}
-        return cls(**values)
+        return cls(**values)  # lists become tuples once their types are checked
 
     def replace(self, **changes: Any) -> ClusterConfig:
         """A copy with some fields changed (validated again)."""
@@ -224,12 +255,14 @@ def load_cluster_file(
     key."""
     import yaml
 
+    from mara_env.yaml_file import load_yaml
+
     where = f"{option} {os.fspath(path)}"
     if not os.path.isfile(path):
         raise ConfigError(f"{where}: no such file (write one with `mara calibrate`)")
     try:
         with open(path, encoding="utf-8") as f:
-            data = yaml.safe_load(f)
+            data = load_yaml(f.read())
     except (yaml.YAMLError, UnicodeDecodeError, OSError) as exc:
         raise ConfigError(f"{where}: not valid YAML ({' '.join(str(exc).split())})") from None
     if not isinstance(data, dict) or not all(isinstance(k, str) for k in data):
@@ -237,19 +270,28 @@ def load_cluster_file(
     for key, flag in (reserved or {}).items():
         if key in data:
             raise ConfigError(f"{where}: {key!r} is set by {flag}, not by a cluster file")
-    hints = typing.get_type_hints(ClusterConfig)
-    for key, value in data.items():
-        if key in hints and not _typed(value, hints[key]):
-            raise ConfigError(f"{where}: {key}: expected {_expected(hints[key])}, got {value!r}")
-    try:  # unknown keys, then the values together
+    try:  # unknown keys, then each value's type, then the values together
         config = ClusterConfig.from_dict(data, where=where)
     except ConfigError as exc:
         raise ConfigError(str(exc) if str(exc).startswith(where) else f"{where}: {exc}") from None
     return {key: getattr(config, key) for key in data}
 
 
+@functools.cache
+def _hints() -> dict[str, Any]:
+    """Each :class:`ClusterConfig` field's type."""
+    return typing.get_type_hints(ClusterConfig)
+
+
+def _finite(value: Any) -> bool:
+    """Whether every number of ``value`` (one, or a tuple of them) is finite."""
+    if isinstance(value, (tuple, list)):
+        return all(map(_finite, value))
+    return not isinstance(value, (int, float)) or math.isfinite(value)
+
+
 def _typed(value: Any, hint: Any) -> bool:
-    """Whether a YAML ``value`` is of the field type ``hint`` (a list for a tuple)."""
+    """Whether ``value`` is of the field type ``hint`` (a list for a tuple, as YAML has)."""
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if origin in (typing.Union, types.UnionType):
         return any(_typed(value, arm) for arm in args)
@@ -263,7 +305,7 @@ def _typed(value: Any, hint: Any) -> bool:
     if hint is bool or isinstance(value, bool):
         return hint is bool and isinstance(value, bool)
     if hint is float:
-        return isinstance(value, (int, float))
+        return isinstance(value, (int, float))  # a numpy float is a float
     return isinstance(value, hint)
 
 

@@ -305,6 +305,10 @@ def _numbers(cells: pd.Series, origin: str, expected: str) -> np.ndarray:
     return values
 
 
+# A timestamp's timezone offset at its end: Z, +02:00, -0500
+OFFSET = r"(Z|[+-]\d\d:?\d\d)$"
+
+
 def _times(cells: pd.Series, origin: str, stamped: bool | None = None) -> tuple[np.ndarray, bool]:
     """Seconds of a time column (since the epoch for timestamps) and whether it held
     timestamps rather than plain seconds; ``stamped``: which of the two it must hold."""
@@ -321,7 +325,19 @@ def _times(cells: pd.Series, origin: str, stamped: bool | None = None) -> tuple[
                 "is not a time; expected seconds, as the column's other rows",
             )
             return numbers.to_numpy(np.float64), False
-        parsed = pd.to_datetime(cells, errors="coerce", format="ISO8601")
+        offsets = cells.astype(str).str.strip().str.extract(OFFSET, expand=False)
+        given = offsets.notna().to_numpy()
+        if given.any():
+            _first_bad(
+                ~given & cells.notna().to_numpy(),
+                cells,
+                origin,
+                "has no timezone offset where other rows have one; expected an offset on "
+                "every time, or on none",
+            )
+        # offsets that differ (a summer and a winter time) are compared in UTC
+        utc = offsets.dropna().str.replace(":", "").nunique() > 1
+        parsed = pd.to_datetime(cells, errors="coerce", format="ISO8601", utc=utc)
         _first_bad(
             parsed.isna().to_numpy(),
             cells,

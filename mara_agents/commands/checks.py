@@ -188,6 +188,8 @@ RANGES: dict[str, tuple[float, float] | tuple[float, float, str]] = {
 # What one task of an episode holds in memory, generously (workload, simulator state,
 # predictions); an episode whose tasks would need more than the machine has is refused.
 TASK_BYTES = 2048
+# ... and what one slot feature of one node's view takes (float32, and a copy of it)
+SLOT_BYTES = 8
 
 
 def numeric_options(parser: argparse.ArgumentParser) -> dict[str, str]:
@@ -218,20 +220,25 @@ def check_numbers(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
             in_range(value, option)
 
 
-def check_memory(config: object, option: str = "--nodes and --horizon") -> None:
-    """Raise :class:`UsageError` when an episode of ``config`` (a ClusterConfig) would hold
-    more tasks than this machine's memory, with the figure."""
+def check_memory(config: object, option: str | None = None) -> None:
+    """Raise :class:`UsageError` when an episode of ``config`` (a ClusterConfig) would need
+    more than this machine's memory, with the figure: its tasks (a replayed job trace's
+    are counted when its days are read) and the env's slot features of every node."""
+    from mara_env.cluster_env import SLOT_FEATURES
     from mara_env.workload import arrival_rate
 
-    tasks = arrival_rate(config) * config.horizon
-    need = tasks * TASK_BYTES
+    tasks = 0.0 if config.jobs is not None else arrival_rate(config) * config.horizon
+    slots = float(config.num_nodes) * config.num_slots * len(SLOT_FEATURES) * SLOT_BYTES
+    need = tasks * TASK_BYTES + slots
     have = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     if need > have:
+        option = option or "--nodes and --horizon"
         raise UsageError(
             f"{option} ({config.num_nodes} nodes, {config.horizon} ticks, load "
-            f"{config.load:g}): an episode would hold about {tasks:.3g} tasks, about "
-            f"{_size(need)} of memory; this machine has {_size(have)}: expected fewer nodes, "
-            "ticks or a lower load"
+            f"{config.load:g}, num_slots {config.num_slots}): an episode would hold about "
+            f"{tasks:.3g} tasks and {_size(slots)} of slot features, about {_size(need)} of "
+            f"memory; this machine has {_size(have)}: expected fewer nodes, slots or ticks, "
+            "or a lower load"
         )
 
 
@@ -387,8 +394,7 @@ def cluster_from_args(args: argparse.Namespace, loads: list[float], option: str)
             at_load = config.replace(load=load)
         except ConfigError as exc:
             raise UsageError(f"{option}: {exc}") from None
-        if config.jobs is None:
-            check_memory(at_load)
+        check_memory(at_load, "--nodes, --horizon and --cluster" if args.cluster else None)
         if config.jobs is not None:
             print(replay_line(at_load, option))
     traces = load_traces(config.traces, split=config.split)

@@ -63,8 +63,8 @@ def _trial(arg: str) -> tuple[str, Path]:
     except (ValueError, UnicodeDecodeError, OSError) as exc:
         why = " ".join(str(exc).split())
         raise ValueError(
-            f"{trial / 'result.json'}: not readable ({why}); expected one JSON object a line, "
-            "as `mara train` writes it (half-written?)"
+            f"{trial / 'result.json'}: {why}; expected one JSON object a line, as `mara "
+            "train` writes it"
         ) from None
     return (label if sep else trial.parent.name), trial  # default: the run's name
 

@@ -119,13 +119,31 @@ def checked_args(args: argparse.Namespace) -> dict[str, Any]:
     )
 
 
+def inputs(args: argparse.Namespace, kwargs: dict[str, Any]) -> list[tuple[str, Any]]:
+    """The files the evaluation of :func:`checked_args` ``kwargs`` reads, by option: the
+    trace library, the jobs table, the cluster file and the files the specs name (a
+    policy, a prior)."""
+    from mara_agents.evaluation.registry import spec_files
+    from mara_env.job_logs import jobs_path
+    from mara_env.traces import SHIPPED_LIBRARY
+
+    config = kwargs["config"]
+    files = [("--traces", config.traces or SHIPPED_LIBRARY)]
+    if config.jobs is not None:
+        files.append(("--jobs", jobs_path(config.jobs)))
+    if args.cluster is not None:
+        files.append(("--cluster", args.cluster))
+    files += [("--schedulers", path) for spec in kwargs["specs"] for path in spec_files(spec)]
+    return files
+
+
 def run(args: argparse.Namespace) -> int:
     import dataclasses
 
     from mara_agents.evaluation.registry import SpecError
     from mara_agents.evaluation.report import summary_markdown
     from mara_agents.evaluation.runner import PARTIAL, evaluate
-    from mara_agents.outputs import prepare_out
+    from mara_agents.outputs import INPUTS, input_digests, prepare_out
     from mara_env.config import ConfigError
     from mara_env.traces import TraceError
 
@@ -133,6 +151,7 @@ def run(args: argparse.Namespace) -> int:
         kwargs = checked_args(args)
         settings = {k: kwargs[k] for k in ("specs", "loads", "episodes", "seeds")}
         settings["config"] = dataclasses.asdict(kwargs["config"])
+        settings[INPUTS] = input_digests(inputs(args, kwargs))
         run_dir = prepare_out(
             args.out,
             command="evaluate",

@@ -246,7 +246,7 @@ def run_train(args: argparse.Namespace) -> int:
             prepare_out_file(last, force=args.force, resumable=True)
     except (checks.UsageError, OutputError) as exc:
         print(f"mara predictor train: error: {exc}", file=sys.stderr)
-        return 1
+        return 2
     t0 = time.time()
     try:
         best = train(cfg, resume=args.resume, progress=not args.quiet)
@@ -284,7 +284,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
         )
     except (CheckpointError, TraceError, UsageError, OutputError) as exc:
         print(f"mara predictor evaluate: error: {exc}", file=sys.stderr)
-        return 1
+        return 2
     out = Path(args.out)
     with run_dir:
         try:
@@ -326,7 +326,7 @@ def run_lofo(args: argparse.Namespace) -> int:
         )
     except (checks.UsageError, OutputError) as exc:
         print(f"mara predictor lofo: error: {exc}", file=sys.stderr)
-        return 1
+        return 2
     families = [f for f in (args.families or "").split(",") if f] or None
     with run_dir:
         try:
@@ -374,7 +374,7 @@ def run_deadline_prior(args: argparse.Namespace) -> int:
         claim = claim_file(args.out, command="predictor deadline-prior", force=args.force)
     except (checks.UsageError, OutputError, ConfigError, TraceError, ValueError) as exc:
         print(f"mara predictor deadline-prior: error: {exc}", file=sys.stderr)
-        return 1
+        return 2
     with claim as out:
         try:
             prior = fit_prior(settings, jobs, args.split, loads, args.episodes, args.seed)

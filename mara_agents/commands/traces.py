@@ -143,7 +143,7 @@ def run_import(args: argparse.Namespace) -> int:
             df = import_traces(args.files, args.out, tag=args.tag)
     except (TraceError, OutputError) as exc:
         print(f"mara traces import: {exc}", file=sys.stderr)
-        return 1
+        return 2
     except OSError as exc:  # the library could not be written (nothing half-written)
         print(f"mara traces import: {args.out}: cannot write ({exc})", file=sys.stderr)
         return 1
@@ -159,7 +159,7 @@ def run_info(args: argparse.Namespace) -> int:
         df = read_traces(path)
     except TraceError as exc:
         print(f"mara traces info: {exc}", file=sys.stderr)
-        return 1
+        return 2
     per_trace = df.groupby("trace_id", sort=False).agg(
         family=("family", "first"),
         split=("split", "first"),

@@ -53,6 +53,7 @@ import scipy.sparse as sp
 from scipy.optimize import Bounds, LinearConstraint, milp
 
 from mara_agents.evaluation.stats import METRICS
+from mara_env.atomic import atomic_path
 from mara_env.cluster import ClusterSim
 from mara_env.config import ClusterConfig
 from mara_env.traces import TraceSet
@@ -436,17 +437,18 @@ def _cached_bound(
     key = _cache_key(wl, config, integral_nodes, node_limit)
     path = Path(where) / f"{key}.json" if where else None
     if path is not None and path.exists():
-        got = json.loads(path.read_text())
-        if got["status"] == "optimal" or got["time_limit"] >= time_limit:
-            return _from_json(got, len(wl))
+        try:
+            got = json.loads(path.read_text())
+            if got["status"] == "optimal" or got["time_limit"] >= time_limit:
+                return _from_json(got, len(wl))
+        except (ValueError, KeyError, TypeError, IndexError):  # not an entry: solved again
+            pass
     result = workload_bound(
         wl, config.num_nodes, whole_tick(config), time_limit, integral_nodes, node_limit
     )
-    if path is not None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")  # workers may write the same key
-        tmp.write_text(json.dumps(_to_json(result, time_limit)))
-        tmp.replace(path)
+    if path is not None:  # a temporary file of its own: workers may write the same key
+        with atomic_path(path) as tmp:
+            tmp.write_text(json.dumps(_to_json(result, time_limit)))
     return result
 
 

@@ -282,6 +282,17 @@ def check_spec(spec: str) -> None:
         raise SpecError(f"{spec}: {exc}") from None
 
 
+def spec_files(spec: str) -> list[str]:
+    """The files ``spec`` reads that it names: an agent's argument or a parameter's value
+    (``hedge:prior=FILE``, ``mara=POLICY.pt``) that is an existing file."""
+    spec = expand_alias(spec)
+    if is_agent_spec(spec):
+        values = [spec.partition("=")[2]]
+    else:
+        values = [p.partition("=")[2] for p in spec.split(":")[1:]]
+    return [v for v in values if v and os.path.isfile(v)]
+
+
 def spec_key(spec: str) -> tuple:
     """What ``spec`` runs, as a comparable key: the scheduler or bound with every
     parameter's value (given, typed, or its default), or an agent's prefix and argument (a

@@ -14,7 +14,9 @@ from __future__ import annotations
 import math
 import multiprocessing
 import os
+import signal
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -41,7 +43,7 @@ from mara_agents.evaluation.registry import (
 from mara_agents.evaluation.report import REFERENCE, write_outputs
 from mara_agents.evaluation.stats import COLUMNS, DAY, FAMILY_PREFIXES, METRICS
 from mara_agents.planning.history import ClusterHistory, HistoryError
-from mara_env.atomic import atomic_write
+from mara_env.atomic import atomic_write, signals_deferred
 from mara_env.cluster import ClusterState
 from mara_env.config import ClusterConfig
 from mara_env.schedulers import Scheduler, SchedulerAgent, run_episode
@@ -348,6 +350,32 @@ def evaluate(
     return df
 
 
+def _pool_context() -> multiprocessing.context.BaseContext:
+    """The worker processes' start method: forkserver, not fork (a parent that has run
+    torch, a policy or the flow model, holds an intra-op thread pool, and a forked child
+    that uses torch can hang on it), its server started ignoring Ctrl-C, as its workers
+    then do: a terminal's Ctrl-C reaches the whole process group, and a worker interrupted
+    while it starts up prints a traceback; the parent alone stops on it, and stops them."""
+    from multiprocessing import forkserver
+
+    previous = signal.getsignal(signal.SIGINT)  # None: set outside Python, left alone
+    if threading.current_thread() is not threading.main_thread() or previous is None:
+        forkserver.ensure_running()
+    else:
+        # Blocked in this thread meanwhile, a Ctrl-C mostly waits for the handler again;
+        # one that another thread takes in the ~10 ms of the spawn is ignored (press again).
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        try:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)  # what the server inherits
+            try:
+                forkserver.ensure_running()
+            finally:
+                signal.signal(signal.SIGINT, previous)
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+    return multiprocessing.get_context("forkserver")
+
+
 def _run_in_pool(
     jobs: list[Job],
     config: ClusterConfig,
@@ -359,16 +387,16 @@ def _run_in_pool(
 ) -> None:
     """Run the jobs in ``workers`` processes; a stopped run stops them at once, rather than
     waiting for the episodes queued (as leaving the executor's block would)."""
-    # forkserver, not fork: a parent that has run torch (a policy, the flow model) holds
-    # an intra-op thread pool, and a forked child that uses torch can hang on it.
     pool = ProcessPoolExecutor(
         workers,
-        mp_context=multiprocessing.get_context("forkserver"),
+        mp_context=_pool_context(),
         initializer=_init_worker,
         initargs=(config, traces, history),
     )
     try:
-        for job, got in zip(jobs, pool.map(_run_job, jobs)):
+        with signals_deferred():  # every worker started is known when a Ctrl-C acts
+            results = pool.map(_run_job, jobs)
+        for job, got in zip(jobs, results):
             kept.add(got)
             bar.update(len(job.episodes))
     except BaseException:
@@ -401,7 +429,7 @@ class Kept:
             finished = self.path.with_name("results.csv")
             source = self.path if self.path.is_file() else finished
             if source.is_file():
-                earlier = pd.read_csv(source)
+                earlier = _earlier_rows(source)
                 earlier["scheduler"] = earlier["scheduler"].map(lambda s: specs.get(s, s))
                 self.rows = earlier.to_dict("records")
 
@@ -425,6 +453,22 @@ class Kept:
         """The reports are written: the partial rows are no longer needed."""
         if self.path is not None:
             self.path.unlink(missing_ok=True)
+
+
+def _earlier_rows(path: Path) -> pd.DataFrame:
+    """The results rows a resumed run keeps, from ``path``; ValueError naming it when it
+    is not a results table (a file edited or broken since)."""
+    try:
+        earlier = pd.read_csv(path)
+    except (ValueError, UnicodeDecodeError) as exc:
+        why = (str(exc).splitlines() or [type(exc).__name__])[0]
+        raise ValueError(f"{path}: not a results table ({why}); --force to start again") from None
+    missing = [c for c in COLUMNS if c not in earlier.columns]
+    if missing:
+        raise ValueError(
+            f"{path}: not a results table (no column {missing[0]!r}); --force to start again"
+        )
+    return earlier
 
 
 def _warn_empty_episodes(df: pd.DataFrame) -> None:

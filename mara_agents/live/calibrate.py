@@ -23,6 +23,7 @@ here imports torch or ray.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -102,8 +103,8 @@ def read_run(path: str | Path) -> tuple[pd.DataFrame, float]:
         raise CalibrationError(
             f"{journal}: its first line is not the start record of a `mara live` run"
         ) from None
-    if not tick > 0:
-        raise CalibrationError(f"{journal}: tick_seconds={tick!r}; expected seconds > 0")
+    if not (math.isfinite(tick) and tick > 0):
+        raise CalibrationError(f"{journal}: tick_seconds={tick!r}; expected finite seconds > 0")
     try:
         slices = pd.read_csv(slices_csv)
     except (ValueError, OSError) as exc:
@@ -117,6 +118,14 @@ def read_run(path: str | Path) -> tuple[pd.DataFrame, float]:
     for column in ("nodes", "joined", "slice_steps", "setup_s"):
         if not pd.api.types.is_numeric_dtype(slices[column]):
             raise CalibrationError(f"{slices_csv}: column {column!r} is not numeric")
+        if column != "setup_s":  # setup_s may be missing (nan): that slice is left out
+            bad = ~np.isfinite(slices[column].to_numpy(np.float64))
+            if bad.any():
+                row = int(np.flatnonzero(bad)[0])
+                raise CalibrationError(
+                    f"{slices_csv}: column {column!r} row {row}: {slices[column].iloc[row]:g}; "
+                    "expected a finite number"
+                )
     return slices, tick
 
 

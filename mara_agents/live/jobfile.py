@@ -32,6 +32,8 @@ from typing import Any
 
 import yaml
 
+from mara_env.yaml_file import load_yaml
+
 TOP_KEYS = ("jobs", "defaults", "load")
 JOB_KEYS = (
     "name",
@@ -97,7 +99,7 @@ def load_job_file(path: str | Path, tick_seconds: float, num_nodes: int) -> JobF
         raise JobFileError(f"{path}: no such job file")
     raw = path.read_bytes()
     try:
-        data = yaml.safe_load(raw)
+        data = load_yaml(raw)
     except yaml.YAMLError as exc:
         raise JobFileError(f"{path}: not valid YAML ({exc})".replace("\n", " ")) from None
     if not isinstance(data, dict):
@@ -223,5 +225,11 @@ def _ticks(where: str, job: dict, key: str, tick_seconds: float, minimum: int) -
         v = job[f"{key}_s"]
         if not _number(v) or v < 0:
             raise JobFileError(f"{where}: {key}_s={v!r}: expected a number of seconds >= 0")
+        if minimum and v < minimum * tick_seconds:  # rounded up, it would be a longer one
+            raise JobFileError(
+                f"{where}: {key}_s={v!r}: shorter than {minimum} tick(s) of --tick-seconds "
+                f"{tick_seconds:g}; expected at least {minimum * tick_seconds:g} seconds, or "
+                "shorter ticks"
+            )
         return max(minimum, math.ceil(v / tick_seconds - 1e-9))
     return None

@@ -53,11 +53,14 @@ class Journal:
         records = []
         for i, line in enumerate(lines):
             try:
-                records.append(json.loads(line))
+                record = json.loads(line)
             except json.JSONDecodeError:
                 if i == len(lines) - 1:  # torn by a crash mid-write: that tick never happened
                     break
                 raise JournalError(f"{self.path}: line {i + 1} is not valid JSON") from None
+            if not isinstance(record, dict):
+                raise JournalError(f"{self.path}: line {i + 1} is not a JSON object")
+            records.append(record)
         if not records or records[0].get("kind") != "start":
             raise JournalError(f"{self.path}: does not begin with a start record")
         ticks = [r for r in records[1:] if r.get("kind") == "tick"]

@@ -34,13 +34,14 @@ from mara_agents.evaluation.registry import (
     check_spec,
     expand_alias,
     is_bound_spec,
+    spec_files,
     spec_note,
 )
 from mara_agents.live import processes
 from mara_agents.live.cluster import LiveCluster, Slice
 from mara_agents.live.jobfile import JobFile, JobFileError, load_job_file
 from mara_agents.live.journal import Journal, JournalError
-from mara_agents.outputs import output_dir_problem
+from mara_agents.outputs import INPUTS, changed_input, input_digests, output_dir_problem
 from mara_env.atomic import atomic_write
 from mara_env.cluster import DONE, EXPIRED
 
@@ -83,10 +84,14 @@ def run_live(
         "scheduler": scheduler,
         "nodes": nodes,
         "tick_seconds": float(tick_seconds),
+        INPUTS: input_digests(("--scheduler", path) for path in spec_files(spec)),
     }
     start, ticks = None, []
     if resume:
         start, ticks = journal.read()
+        changed = changed_input(start.get(INPUTS) or {}, settings[INPUTS])
+        if changed is not None:
+            raise JournalError(f"{journal.path}: {changed}; a resumed run reads the same files")
         for key in SETTINGS:
             if start.get(key) != settings[key]:
                 raise JournalError(

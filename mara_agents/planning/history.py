@@ -45,7 +45,7 @@ from flow_predictor.deadline_prior import (
 )
 from mara_env.atomic import atomic_write
 from mara_env.config import ClusterConfig
-from mara_env.traces import load_traces
+from mara_env.traces import TraceError, load_traces
 from mara_env.workload import sample_workload
 
 # Fields that pick an episode or size the cluster, not its users or tasks: a history is
@@ -169,6 +169,22 @@ def history_key(config: ClusterConfig) -> str:
     return json.dumps(history_settings(config), sort_keys=True)
 
 
+def _check_history_split(settings: dict[str, Any]) -> None:
+    """Raise :class:`TraceError` in one line, before any fit or tuning, when the trace
+    library of a cluster of ``settings`` has no :data:`HISTORY_SPLIT` traces to draw its
+    history from."""
+    try:
+        load_traces(settings.get("traces"), split=HISTORY_SPLIT)
+    except TraceError as exc:
+        raise TraceError(
+            f"{exc}: this cluster's history (the deadline prior and hedge's price of a miss "
+            f"that hedge and the policy read) is drawn from the {HISTORY_SPLIT} split of its "
+            f"trace library, whatever --split the run takes; expected a library with "
+            f"{HISTORY_SPLIT} traces, or hedge's prior and price given (hedge:prior=FILE:"
+            "miss_cost=NUMBER, the prior from `mara predictor deadline-prior`)"
+        ) from None
+
+
 @functools.lru_cache(maxsize=16)
 def _prior(jobs: tuple[str, ...], key: str) -> DeadlinePrior:
     settings = json.loads(key)
@@ -177,6 +193,7 @@ def _prior(jobs: tuple[str, ...], key: str) -> DeadlinePrior:
         shipped = DeadlinePrior.load(path)
         if {k: v for k, v in shipped.fitted_on.items() if k != "tasks"} == want:
             return shipped
+    _check_history_split(settings)
     return fit_prior(settings, jobs)
 
 

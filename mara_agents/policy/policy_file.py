@@ -32,8 +32,6 @@ checkpoints; :mod:`mara_agents.policy.inference` acts with them.
 from __future__ import annotations
 
 import functools
-import hashlib
-import os
 import warnings
 from dataclasses import asdict, fields
 from pathlib import Path
@@ -45,6 +43,7 @@ import torch
 from flow_predictor.deadline_prior import DeadlinePrior
 from flow_predictor.remaining import FLOW_SAMPLES
 from flow_predictor.wrapper import FLOW_DEADLINE, WRAPPERS
+from mara_agents.outputs import file_digest
 from mara_agents.planning.hedge_rule import HedgeParams
 from mara_agents.planning.history import ClusterHistory
 from mara_agents.planning.share_rule import FlowShareParams
@@ -57,6 +56,7 @@ from mara_agents.policy.features import (
     prior_fields,
 )
 from mara_agents.policy.network import MaraNet, ModelConfig, ObsLayout
+from mara_env.atomic import atomic_path
 from mara_env.config import ClusterConfig
 from mara_env.engine import NODE_FEATURES, QUEUE_FEATURES, SLOT_FEATURES
 
@@ -107,10 +107,10 @@ def save_policy(
         "deadline_windows": list(windows) if windows else None,
         "teacher_miss_cost": None if settings is None else settings.miss_cost,
     }
-    # Written beside and renamed: an interrupted export never leaves a half-written file.
-    tmp = out.with_name(out.name + ".tmp")
-    torch.save(data, tmp)
-    os.replace(tmp, out)
+    # an interrupted export leaves no half-written file; saved through a file object, the
+    # archive's inner name is not the temporary's random one: the same policy, the same bytes
+    with atomic_path(out) as tmp, open(tmp, "wb") as f:
+        torch.save(data, f)
     return out
 
 
@@ -121,11 +121,6 @@ def _predictor_digest(wrapper: str, options: dict[str, Any] | None) -> str | Non
     from flow_predictor.checkpoint import SHIPPED_CHECKPOINT
 
     return file_digest((options or {}).get("path") or SHIPPED_CHECKPOINT)
-
-
-def file_digest(path: str | Path) -> str:
-    """SHA-256 of a file's bytes, as hex."""
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
 def feature_settings_of(path: str | Path, data: dict[str, Any]) -> FeatureSettings | None:

@@ -15,14 +15,15 @@ from typing import Any
 import yaml
 
 from mara_env.config import ConfigError
+from mara_env.yaml_file import UniqueKeyLoader, load_yaml
 
 
 class Replace(dict):
     """A mapping tagged ``!replace``: it replaces the base's mapping instead of merging."""
 
 
-class _Loader(yaml.SafeLoader):
-    """``yaml.SafeLoader`` that also knows the ``!replace`` tag."""
+class _Loader(UniqueKeyLoader):
+    """The user-file loader (a key given twice is refused) that also knows ``!replace``."""
 
 
 _Loader.add_constructor(
@@ -52,7 +53,7 @@ def _read_document(path: Path) -> Any:
             f"{path}: not a text file (byte {e.start} is not UTF-8); expected an experiment YAML"
         ) from None
     try:
-        return yaml.load(text, Loader=_Loader)  # a SafeLoader with one more tag
+        return load_yaml(text, _Loader)
     except yaml.YAMLError as e:
         raise ConfigError(f"{path}: not valid YAML: {' '.join(str(e).split())}") from None
 

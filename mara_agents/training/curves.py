@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -76,18 +77,51 @@ class MaraTensorBoard(LoggerCallback):
 
 
 def _nested(d: dict[str, Any], path: str) -> float:
+    """The number at ``path`` (``a/b/c``) of a result, nan where it is missing;
+    ValueError naming the path where the result holds something else there."""
     for key in path.split("/"):
-        if not isinstance(d, dict) or key not in d:
+        if not isinstance(d, dict):
+            raise ValueError(f"{path}: {d!r} where an object was expected")
+        if key not in d:
             return float("nan")
         d = d[key]
+    if not isinstance(d, (int, float)) or isinstance(d, bool):
+        raise ValueError(f"{path} is {json.dumps(d)}; expected a number")
     return float(d)
 
 
-def _result_rows(trial_dir: str | Path) -> list[dict[str, Any]]:
-    import json
+# What the readers below take from each result (each checked as it is read)
+READ = (
+    "training_iteration",
+    "time_total_s",
+    "num_env_steps_sampled_lifetime",
+    "mara/node_decisions",
+    *(c for c, _ in CURVES),
+)
 
-    lines = (Path(trial_dir) / "result.json").read_text().splitlines()
-    return [json.loads(line) for line in lines if line.strip()]
+
+def _result_rows(trial_dir: str | Path) -> list[dict[str, Any]]:
+    """The results of a trial's ``result.json``, one JSON object a line, each number the
+    readers take a number; ValueError naming the line and what is wrong."""
+    rows = []
+    for n, line in enumerate((Path(trial_dir) / "result.json").read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except ValueError as exc:
+            raise ValueError(f"line {n}: not JSON ({exc}; half-written?)") from None
+        if not isinstance(row, dict):
+            raise ValueError(f"line {n}: {type(row).__name__} {line.strip()[:40]!r}, not an object")
+        try:
+            for path in READ:
+                _nested(row, path)
+        except ValueError as exc:
+            raise ValueError(f"line {n}: {exc}") from None
+        rows.append(row)
+    if not rows:
+        raise ValueError("no training iteration in it")
+    return rows
 
 
 def write_learning_curves_csv(trial_dir: str | Path, path: str | Path) -> Path:

@@ -7,6 +7,7 @@ The file format, its loader and the runtime that acts with it are in
 from __future__ import annotations
 
 import pickle
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -36,14 +37,23 @@ def _module_dir(checkpoint: Path) -> Path:
         checkpoint / SHARED_MODULE_ID,
         checkpoint,
     ):
-        if (cand / "module_state.pkl").is_file() and (cand / "class_and_ctor_args.pkl").is_file():
+        if all((cand / name).is_file() for name in MODULE_FILES):
             return cand
+        if any((cand / name).is_file() for name in MODULE_FILES):  # one of the two
+            missing = next(name for name in MODULE_FILES if not (cand / name).is_file())
+            raise FileNotFoundError(
+                f"{cand}: no {missing} beside {next(n for n in MODULE_FILES if n != missing)}; "
+                "expected both files of an RLlib module checkpoint"
+            )
     raise FileNotFoundError(
         f"{checkpoint}: no RLlib checkpoint of module {SHARED_MODULE_ID!r} or "
         f"{DEFAULT_MODULE_ID!r} found (expected learner_group/learner/rl_module/"
         f"{SHARED_MODULE_ID}/module_state.pkl)"
     )
 
+
+# The two files of an RLlib module checkpoint
+MODULE_FILES = ("class_and_ctor_args.pkl", "module_state.pkl")
 
 # Where names that runs pickled have moved since: train.py was split by job
 # (MaraMetrics and policy_mapping_fn went to ppo.py), then mara_agents was split into rooms.
@@ -68,27 +78,47 @@ class _Unpickler(pickle.Unpickler):
         return super().find_class(moved, name)
 
 
+def _read(path: Path, read: Callable[[Any], Any]) -> Any:
+    """``read`` of the pickle at ``path``; :class:`PolicyFileError` naming it when it is
+    not one of the shape RLlib writes (junk, truncated, another kind)."""
+    from mara_agents.policy.policy_file import PolicyFileError
+
+    try:
+        with path.open("rb") as f:
+            return read(_Unpickler(f).load())
+    except Exception as exc:  # junk makes pickle raise many kinds; a wrong shape, Key/TypeError
+        raise PolicyFileError(
+            f"{path}: not readable as RLlib writes it ({type(exc).__name__}: "
+            f"{' '.join(str(exc).split())[:80]}); expected a file of an RLlib checkpoint"
+        ) from None
+
+
 def _env_of(checkpoint: Path) -> dict[str, Any]:
     """The env_config the run used (from the trial's params.pkl next to the checkpoint)."""
     params = checkpoint.parent / "params.pkl"
     if not params.is_file():
         return {}
-    with params.open("rb") as f:
-        config = _Unpickler(f).load()
-    env_config = config.get("env_config", {}) if isinstance(config, dict) else config.env_config
-    return dict(env_config or {})
+
+    def env_config(config: Any) -> dict[str, Any]:
+        found = config.get("env_config", {}) if isinstance(config, dict) else config.env_config
+        return dict(found or {})
+
+    return _read(params, env_config)
 
 
 def export_checkpoint(checkpoint: str | Path, out: str | Path) -> Path:
     """Write the shared module of an RLlib checkpoint as a torch-only policy file."""
     checkpoint = Path(checkpoint).resolve()
     mdir = _module_dir(checkpoint)
-    with (mdir / "class_and_ctor_args.pkl").open("rb") as f:
-        kwargs = pickle.load(f)["ctor_args_and_kwargs"][1]
-    with (mdir / "module_state.pkl").open("rb") as f:
-        state = pickle.load(f)
-    space = kwargs["observation_space"]
-    if "nodes" in space.spaces:  # the round view (MaraRoundModule)
+
+    def module_args(blob: Any) -> tuple[Any, Any, dict[str, Any]]:
+        kwargs = blob["ctor_args_and_kwargs"][1]
+        space = kwargs["observation_space"]
+        return space, space.spaces, kwargs
+
+    space, spaces, kwargs = _read(mdir / "class_and_ctor_args.pkl", module_args)
+    state = _read(mdir / "module_state.pkl", lambda blob: dict(blob.items()))
+    if "nodes" in spaces:  # the round view (MaraRoundModule)
         layout = round_layout(space)
     else:
         layout = ObsLayout.infer(

@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 
-from mara_agents.outputs import output_dir_problem
+from mara_agents.outputs import INPUTS, input_digests, output_dir_problem
 from mara_agents.training.experiment import AdvantageConfig, Experiment, WarmupConfig
 from mara_env.config import ConfigError
 
@@ -92,7 +92,22 @@ def experiment_record(exp: Experiment) -> dict[str, Any]:
             del data["env"][key]
     if data["env"]["throughput"] == "known":  # likewise: the default before the key existed
         del data["env"]["throughput"]
+    data[INPUTS] = input_digests(input_files(exp))  # a record without them compares equal
     return yaml.safe_load(yaml.safe_dump(_plain(data)))
+
+
+def input_files(exp: Experiment) -> list[tuple[str, Path]]:
+    """The files a resumed run of ``exp`` reads again, by key: the trace library and the
+    jobs tables its episodes draw from (those that exist: :func:`check_inputs` names a
+    missing one).  The warm start is read once, before the first iteration (and a stage
+    retrained under it is named by :mod:`mara_agents.reproduce`'s own check)."""
+    from mara_env.job_logs import jobs_path
+    from mara_env.traces import SHIPPED_LIBRARY
+
+    files = [("env.traces", Path(exp.env.traces or SHIPPED_LIBRARY))]
+    files += [("env.jobs", jobs_path(exp.env.jobs))] if exp.env.jobs else []
+    files += [("train_jobs", jobs_path(j)) for j in exp.train_jobs or () if j]
+    return [(key, path) for key, path in files if path.is_file()]
 
 
 def _plain(value: Any) -> Any:

@@ -122,6 +122,34 @@ def test_own_csv_through_a_map(tmp_path):
     assert t["date"].tolist() == ["day-0", "day-0", "day-1"]
 
 
+# each format's submission column, as a log of two jobs submitted at the given times
+TIMED = {
+    "philly": ("timestamp,duration,num_gpus\n", "{t},600,1\n", []),
+    "helios": (
+        "job_id,user,vc,gpu_num,cpu_num,node_num,state,submit_time,duration\n",
+        "1,u,v,1,1,1,COMPLETED,{t},600\n",
+        [],
+    ),
+    "csv": ("q,d,n\n", "{t},600,1\n", ["--format", "csv", "--map", "submit=q,duration=d,gpus=n"]),
+}
+
+
+@pytest.mark.parametrize("fmt", sorted(TIMED))
+def test_timezone_offsets_are_compared_in_utc_or_refused_when_some_lack_one(tmp_path, capsys, fmt):
+    head, row, extra = TIMED[fmt]
+    summer, winter = "2017-10-28 23:30:00+02:00", "2017-10-29 23:30:00+01:00"  # 25 h apart
+    log = write(tmp_path, "log.csv", head + row.format(t=summer) + row.format(t=winter))
+    out = tmp_path / "out.parquet"
+    args = [*(["--format", fmt] if fmt != "csv" else []), *extra]
+    assert main(["jobs", "import", str(log), "--out", str(out), *args]) == 0
+    assert np.diff(read_jobs(out)["submit_s"]).tolist() == [25 * 3600]
+    out.unlink()
+    log.write_text(head + row.format(t=summer) + row.format(t="2017-10-29 23:30:00"))
+    capsys.readouterr()
+    refused(["jobs", "import", str(log), "--out", str(out), *args], capsys, "row 1", "offset")
+    assert not out.exists()
+
+
 def refused(argv: list[str], capsys: pytest.CaptureFixture, *culprit: str) -> None:
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()

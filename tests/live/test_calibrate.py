@@ -85,6 +85,15 @@ def _break(tmp_path: Path, how: str) -> Path:
         (run / "journal.jsonl").write_text("garbage\n")
     elif how == "old columns":
         pd.read_csv(run / "slices.csv").drop(columns=["joined"]).to_csv(run / "slices.csv")
+    elif how.startswith("tick "):  # a start record whose tick_seconds is this JSON
+        journal = (run / "journal.jsonl").read_text().splitlines()
+        start = journal[0].replace(f'"tick_seconds": {TICK}', f'"tick_seconds": {how[5:]}')
+        (run / "journal.jsonl").write_text("\n".join([start, *journal[1:]]) + "\n")
+    elif how.startswith("inf "):  # a column of slices.csv holding inf
+        slices = pd.read_csv(run / "slices.csv")
+        slices[how[4:]] = slices[how[4:]].astype(float)
+        slices.loc[0, how[4:]] = np.inf
+        slices.to_csv(run / "slices.csv", index=False)
     elif how == "no steady":
         slices = pd.read_csv(run / "slices.csv")
         slices[slices["fresh"]].to_csv(run / "slices.csv", index=False)
@@ -101,6 +110,12 @@ def _break(tmp_path: Path, how: str) -> Path:
         ("bad journal", "not the start record"),
         ("old columns", r"missing column\(s\) \['joined'\]"),
         ("no steady", "no steady slices"),
+        ("tick Infinity", r"tick_seconds=inf; expected finite seconds > 0"),
+        ("tick -Infinity", r"tick_seconds=-inf; expected finite seconds > 0"),
+        ("tick NaN", r"tick_seconds=nan; expected finite seconds > 0"),
+        ("tick 0", r"tick_seconds=0.0; expected finite seconds > 0"),
+        ("inf nodes", r"column 'nodes' row 0: inf; expected a finite number"),
+        ("inf slice_steps", r"column 'slice_steps' row 0: inf; expected a finite number"),
     ],
 )
 def test_a_bad_live_run_folder_gets_one_line(tmp_path, capsys, how, message):

@@ -190,6 +190,11 @@ def test_a_job_file_turns_seconds_into_ticks(tmp_path):
         ("jobs: [{name: a, trainer: lm, target: 1, cap: 1, deadline: 3, 7: 1}]", "job 0: key 7"),
         ("jobs: [{name: a, trainer: lm, target: 1, cap: 1, deadline: 3, null: 1}]", "key None"),
         ("jobs: [{name: a, trainer: lm, target: 1, cap: 1, deadline: 3}]\n1: 2", r"key\(s\) \[1\]"),
+        # a deadline shorter than a tick: not rounded up to a longer one
+        (
+            "jobs: [{name: a, trainer: lm, target: 1, cap: 1, deadline_s: 0.5}]",
+            r"deadline_s=0.5: shorter than 1 tick\(s\) of --tick-seconds 1",
+        ),
     ],
 )
 def test_a_bad_job_file_is_named_with_what_was_expected(tmp_path, text, message):
@@ -384,3 +389,13 @@ def test_a_killed_drivers_processes_are_ended_by_the_next_run(tmp_path, monkeypa
     (folder / "999999999-1.json").write_text(json.dumps(stale))
     assert processes.reap() == [orphan]
     assert processes._stat(orphan) is None and not list(folder.iterdir())
+
+
+@pytest.mark.parametrize("line", ["[1, 2]", "null", '"start"', "3"])
+def test_a_journal_line_that_is_not_an_object_is_named(tmp_path, line):
+    journal = Journal(tmp_path)
+    journal.start({"digest": "x"})
+    with open(journal.path, "a") as f:
+        f.write(line + "\n" + json.dumps({"kind": "tick", "t": 0}) + "\n")
+    with pytest.raises(JournalError, match="line 2 is not a JSON object"):
+        journal.read()

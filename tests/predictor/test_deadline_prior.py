@@ -194,10 +194,10 @@ def test_the_command_fits_and_writes_a_prior(tmp_path, capsys) -> None:
     assert main(argv) == 0
     prior = DeadlinePrior.load(out)
     assert prior.fitted_on["split"] == "train" and prior.fitted_on["tasks"] > 50
-    assert main(argv) == 1  # exists
+    assert main(argv) == 2  # exists: a usage error
     assert "--force" in capsys.readouterr().err
     assert main([*argv, "--force", "--seed", "1"]) == 0
-    assert main([*argv[:-2], "--loads", "1,,2", "--out", str(tmp_path / "x.json")]) == 1
+    assert main([*argv[:-2], "--loads", "1,,2", "--out", str(tmp_path / "x.json")]) == 2
     assert "--loads" in capsys.readouterr().err
 
 
@@ -210,7 +210,7 @@ def test_the_command_fits_under_a_cluster_file_s_deadline_model(tmp_path, capsys
     assert prior.fitted_on["cluster"] == {"deadline_model": "blind"}
     assert prior.log_windows is not None
     (tmp_path / "bad.yaml").write_text("load: 2\n")
-    assert main([*argv, "--force", "--cluster", str(tmp_path / "bad.yaml")]) == 1
+    assert main([*argv, "--force", "--cluster", str(tmp_path / "bad.yaml")]) == 2
     assert "load" in capsys.readouterr().err
 
 

@@ -272,7 +272,7 @@ def test_train_resume_and_cli_evaluate(tmp_path, library):
                 str(tmp_path / "e2"),
             ]
         )
-        == 1
+        == 2
     )
 
 

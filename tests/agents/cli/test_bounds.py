@@ -129,14 +129,14 @@ def test_anything_given_twice_is_refused(tmp_path, capsys, args, culprit):
 @pytest.mark.parametrize(
     ("text", "culprit"),
     [
-        ("alpha_range: 0.8", "alpha_range: expected a pair (low, high)"),
+        ("alpha_range: 0.8", "alpha_range=0.8: expected a pair (low, high)"),
         ("families: [nosuchfamily]", "families: ['nosuchfamily'] not in"),
-        ("families: nosuchfamily", "families: expected a list of texts or null"),
+        ("families: nosuchfamily", "families='nosuchfamily': expected a list of texts or null"),
         ("colour: red", "unknown key(s) ['colour']"),
         ("num_nodes: 4", "'num_nodes' is set by --nodes"),
         ("reassign_cost: .nan", "reassign_cost=nan"),
         ("horizon: [1]", "'horizon' is set by --horizon"),
-        ("cap_choices: [2, two]", "cap_choices: expected a list of integers"),
+        ("cap_choices: [2, two]", "cap_choices=[2, 'two']: expected a list of integers"),
     ],
 )
 @pytest.mark.parametrize("command", ["simulate", "evaluate"])
@@ -223,3 +223,27 @@ def test_sigterm_stops_evaluate_in_one_line_leaving_no_temporary_file(tmp_path):
     left = [p.name for p in out.iterdir()] if out.exists() else []
     assert not [n for n in left if n.startswith(".") and n != ".mara-run"]
     assert set(left) <= {".mara-run", "results.partial.csv"}
+
+
+@pytest.mark.parametrize("command", ["simulate", "evaluate"])
+@pytest.mark.parametrize(
+    ("text", "culprit"),
+    [
+        ("num_slots: 1000000000\n", ["num_slots 1000000000", "of memory", "this machine has"]),
+        ("estimate_menu: [0.5]\n", ["estimate_menu=[0.5]", "at most 1 tick", "takes 2 ticks"]),
+        (
+            "estimate_menu: [1, 2]\nsize_range: [8, 24]\n",
+            ["estimate_menu=[1.0, 2.0]", "at most 3 tick", "takes 4 ticks"],
+        ),
+    ],
+)
+def test_a_cluster_no_run_can_use_is_refused_with_the_figure(
+    tmp_path, capsys, command, text, culprit
+):
+    cluster = tmp_path / "c.yaml"
+    cluster.write_text(text)
+    argv = [command, "--cluster", str(cluster), "--horizon", "10"]
+    if command == "evaluate":
+        argv += ["--schedulers", "uniform", "--episodes", "1", "--out", str(tmp_path / "out")]
+    refused(argv, capsys, "--cluster", *culprit)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.yaml"]

@@ -4,6 +4,8 @@ was expected, exit status 2, before any work starts and with nothing written."""
 from __future__ import annotations
 
 import pickle
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -164,8 +166,7 @@ def test_predictor_train_refuses_bad_values(tmp_path, capsys, args, culprit):
     (tmp_path / "f.txt").write_text("")
     args = [a.format(tmp=tmp_path) for a in args]
     argv = ["predictor", "train", "--out", str(tmp_path / "run" / "flow.pt"), *args]
-    status = 2 if " in [" in culprit or " in (" in culprit else 1  # the CLI's range check
-    refused(argv, capsys, culprit.format(tmp=tmp_path), status=status)
+    refused(argv, capsys, culprit.format(tmp=tmp_path))
     assert [p.name for p in tmp_path.iterdir()] == ["f.txt"]
 
 
@@ -186,7 +187,7 @@ def test_predictor_evaluate_says_in_one_line_that_a_file_is_no_flow_checkpoint(
     path.write_bytes(junk)
     out = tmp_path / "pe"
     argv = ["predictor", "evaluate", "--checkpoint", str(path), "--out", str(out)]
-    refused(argv, capsys, str(path), "not a flow-predictor checkpoint", status=1)
+    refused(argv, capsys, str(path), "not a flow-predictor checkpoint")
     assert not out.exists()
 
 
@@ -203,7 +204,7 @@ def test_traces_import_refuses_a_flat_curve(tmp_path, capsys, loss):
     src = _flat_library(tmp_path / "flat.parquet", loss)
     lib = tmp_path / "lib.parquet"
     argv = ["traces", "import", str(src), "--out", str(lib)]
-    assert main(argv) == 1
+    assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "never falls below its first value" in err
     assert not lib.exists()
@@ -212,7 +213,7 @@ def test_traces_import_refuses_a_flat_curve(tmp_path, capsys, loss):
 def test_traces_import_refuses_a_directory_as_out(tmp_path, capsys):
     src = tmp_path / "in.csv"
     pd.DataFrame({"trace_id": ["a"]}).to_csv(src, index=False)
-    assert main(["traces", "import", str(src), "--out", str(tmp_path)]) == 1
+    assert main(["traces", "import", str(src), "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip()
     assert f"{tmp_path}: is a directory" in err and "TensorBoard" not in err
 
@@ -394,12 +395,142 @@ def test_predictor_train_and_lofo_never_replace_earlier_results_silently(tmp_pat
         target.write_bytes(b"an earlier checkpoint")
         argv = ["predictor", "train", "--out", str(run / "flow.pt"), "--epochs", "1"]
         culprit = f"--out {target}: exists; choose a new name, --resume to continue it, or --force"
-        refused(argv, capsys, culprit, status=1)
+        refused(argv, capsys, culprit)
         assert target.read_bytes() == b"an earlier checkpoint"
         target.unlink()
     lofo = tmp_path / "lofo"
     lofo.mkdir()
     (lofo / "lofo.csv").write_text("earlier\n")
     argv = ["predictor", "lofo", "--out", str(lofo), "--epochs", "1"]
-    refused(argv, capsys, f"--out {lofo}: not empty", status=1)
+    refused(argv, capsys, f"--out {lofo}: not empty")
     assert (lofo / "lofo.csv").read_text() == "earlier\n"
+
+
+@pytest.mark.parametrize(
+    ("files", "culprit"),
+    [
+        ({"module_state.pkl": pickle.dumps({})}, "no class_and_ctor_args.pkl beside"),
+        ({"class_and_ctor_args.pkl": pickle.dumps({})}, "no module_state.pkl beside"),
+        (
+            {"class_and_ctor_args.pkl": b"junk", "module_state.pkl": b"junk"},
+            "class_and_ctor_args.pkl: not readable",
+        ),
+        (
+            {"class_and_ctor_args.pkl": pickle.dumps([1, 2]), "module_state.pkl": b""},
+            "class_and_ctor_args.pkl: not readable",
+        ),
+        (
+            {
+                "class_and_ctor_args.pkl": pickle.dumps(
+                    {"ctor_args_and_kwargs": ((), {"observation_space": None})}
+                ),
+                "module_state.pkl": b"\x80\x04",
+            },
+            "class_and_ctor_args.pkl: not readable",
+        ),
+    ],
+)
+def test_export_of_a_broken_checkpoint_names_the_file_in_one_line(tmp_path, capsys, files, culprit):
+    pytest.importorskip("ray")
+    ckpt = tmp_path / "checkpoint_000001"
+    ckpt.mkdir()
+    for name, data in files.items():
+        (ckpt / name).write_bytes(data)
+    out = tmp_path / "policy.pt"
+    refused(["export", str(ckpt), "--out", str(out)], capsys, culprit)
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["jobs", "info", "philly"],
+        ["traces", "info"],
+        ["simulate", "--scheduler", "uniform", "--episodes", "1", "--horizon", "10"],
+        ["--help"],
+        ["evaluate", "--help"],
+    ],
+)
+def test_a_closed_stdout_ends_a_command_quietly_with_status_0(argv):
+    """As ``mara jobs info | head -1`` does: the reader goes before the command prints."""
+    code = "import sys; from mara_agents.cli import main; sys.exit(main(sys.argv[1:]))"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 0, err
+    assert err == ""
+
+
+@pytest.mark.parametrize(
+    ("argv", "culprit"),
+    [
+        (
+            ["deadline-prior", "--episodes", "1", "--loads", "1,,2", "--out", "{tmp}/p.json"],
+            "--loads",
+        ),
+        (["deadline-prior", "--episodes", "1", "--out", "{tmp}/exists.json"], "--force"),
+        (["train", "--out", "{tmp}"], "--out"),
+        (["evaluate", "--checkpoint", "{tmp}/nope.pt", "--out", "{tmp}/e"], "nope.pt"),
+        (["lofo", "--exclude-families", "a", "--out", "{tmp}/l"], "--exclude-families"),
+    ],
+)
+def test_predictor_usage_errors_exit_2_as_documented(tmp_path, capsys, argv, culprit):
+    pytest.importorskip("torch")
+    (tmp_path / "exists.json").write_text("{}")
+    argv = ["predictor", *(a.format(tmp=tmp_path) for a in argv)]
+    refused(argv, capsys, culprit)
+
+
+@pytest.mark.parametrize("spec", ["hedge:predictor=deadline", "hedge:prior=history"])
+@pytest.mark.parametrize("command", ["simulate", "evaluate"])
+def test_a_history_without_a_train_split_is_named_before_any_tuning(
+    tmp_path, capsys, command, spec
+):
+    from mara_env.traces import SHIPPED_LIBRARY
+
+    library = tmp_path / "lib.parquet"
+    traces = pd.read_parquet(SHIPPED_LIBRARY)
+    traces[traces["split"] == "test"].to_parquet(library)
+    argv = [command, "--traces", str(library), "--split", "all", "--horizon", "10"]
+    if command == "simulate":
+        argv += ["--scheduler", spec, "--episodes", "1"]
+    else:
+        argv += [*("--schedulers", spec, "--episodes", "1", "--workers", "1", "--no-progress")]
+        argv += ["--loads", "1.0", "--out", str(tmp_path / "out")]
+    err = refused(argv, capsys, "split='train'", "history", "drawn from the train split")
+    assert "tuning" not in err
+
+
+# a command reading each kind of input file, given junk: {junk} is a file of junk bytes,
+# {empty} an empty folder
+JUNK_READERS = {
+    "trace library (traces info)": ["traces", "info", "{junk}.parquet"],
+    "trace file (traces import)": ["traces", "import", "{junk}.csv", "--out", "{tmp}/l.parquet"],
+    "job log (jobs import)": ["jobs", "import", "{junk}.csv", "--out", "{tmp}/j.parquet"],
+    "jobs table (jobs info)": ["jobs", "info", "{junk}.parquet"],
+    "jobs table (simulate)": ["simulate", "--jobs", "{junk}.parquet", "--episodes", "1"],
+    "trace library (evaluate)": ["evaluate", "--traces", "{junk}.parquet", "--out", "{tmp}/o"],
+    "cluster file (simulate)": ["simulate", "--cluster", "{junk}.yaml"],
+    "live run (calibrate)": ["calibrate", "{empty}", "--out", "{tmp}/c.yaml"],
+    "live job file (live)": ["live", "{junk}.yaml", "--out", "{tmp}/live"],
+    "prior (simulate)": ["simulate", "--scheduler", "hedge:prior={junk}.json", "--episodes", "1"],
+    "experiment (train)": ["train", "{junk}.yaml", "--out", "{tmp}/runs"],
+    "trial (curves)": ["curves", "{empty}", "--out", "{tmp}/c.png"],
+    "checkpoint (export)": ["export", "{empty}", "--out", "{tmp}/p.pt"],
+}
+NEEDS_RAY = ("live", "train", "curves", "export")
+
+
+@pytest.mark.parametrize("kind", sorted(JUNK_READERS))
+def test_every_reader_refuses_a_junk_file_in_one_line_with_status_2(tmp_path, capsys, kind):
+    argv = JUNK_READERS[kind]
+    if argv[0] in NEEDS_RAY:
+        pytest.importorskip("ray")
+    junk = tmp_path / "junk"
+    for suffix in (".parquet", ".csv", ".yaml", ".json"):
+        junk.with_suffix(suffix).write_bytes(b"\x00\xffjunk: [\n\x80")
+    (tmp_path / "empty").mkdir()
+    argv = [a.format(junk=junk, empty=tmp_path / "empty", tmp=tmp_path) for a in argv]
+    refused(argv, capsys, "junk" if "{junk}" in " ".join(JUNK_READERS[kind]) else "empty")

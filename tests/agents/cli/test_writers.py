@@ -145,3 +145,64 @@ def test_curves_says_in_one_line_that_a_result_json_is_half_written(tmp_path, ca
     with open(trial / "result.json", "a") as f:
         f.write('{"training_iteration": 4, "time_to')
     refused(["curves", str(trial), "--out", str(tmp_path / "c.png")], capsys, "result.json")
+
+
+@pytest.mark.parametrize(
+    ("text", "culprit"),
+    [
+        ("", "no training iteration"),
+        ("\n\n", "no training iteration"),
+        ("[1, 2]\n", "line 1: list"),
+        ("null\n", "line 1: NoneType"),
+        ('{"training_iteration": 1}\n"text"\n', "line 2: str"),
+        ('{"env_runners": {"mara": {"completion_rate": null}}}\n', "completion_rate is null"),
+        ('{"env_runners": [1]}\n', "env_runners/mara/completion_rate: [1]"),
+        ('{"time_total_s": "10 s"}\n', 'time_total_s is "10 s"'),
+    ],
+)
+def test_curves_refuses_a_result_json_of_the_wrong_shape_in_one_line(
+    tmp_path, capsys, text, culprit
+):
+    pytest.importorskip("ray")
+    trial = tmp_path / "trial"
+    trial.mkdir()
+    (trial / "result.json").write_text(text)
+    out = tmp_path / "c.png"
+    refused(["curves", str(trial), "--out", str(out)], capsys, "result.json", culprit)
+    assert not out.exists() and not out.with_suffix(".csv").exists()
+
+
+def _policy(path: Path) -> None:
+    from mara_agents.policy.inference import load_policy
+    from mara_agents.policy.policy_file import save_policy
+
+    save_policy(load_policy().net, path, {})
+
+
+def _flow_checkpoint(path: Path) -> None:
+    from flow_predictor.checkpoint import load_predictor, save_checkpoint
+
+    p = load_predictor()
+    save_checkpoint(path, p.net, p.norm)
+
+
+@pytest.mark.parametrize("save", [_policy, _flow_checkpoint], ids=["policy", "flow checkpoint"])
+def test_an_interrupted_torch_file_leaves_the_old_one_and_no_temporary(tmp_path, monkeypatch, save):
+    torch = pytest.importorskip("torch")
+    path = tmp_path / "file.pt"
+    path.write_bytes(b"the earlier file")
+
+    def half_then_ctrl_c(obj, f):
+        f.write(b"half")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(torch, "save", half_then_ctrl_c)
+    with pytest.raises(KeyboardInterrupt):
+        save(path)
+    assert [p.name for p in tmp_path.iterdir()] == ["file.pt"]
+    assert path.read_bytes() == b"the earlier file"
+    monkeypatch.undo()
+    save(path)
+    first = path.read_bytes()
+    save(path)
+    assert path.read_bytes() == first  # the same file, the same bytes

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import itertools
+import json
 import math
 
 import numpy as np
@@ -297,3 +298,15 @@ def test_results_are_cached_per_programme(traces, tmp_path, monkeypatch) -> None
     )
     with pytest.raises(AssertionError, match="solved again"):
         episode_bound(config.replace(num_nodes=9), traces, 2, cache_dir=tmp_path)
+
+
+@pytest.mark.parametrize("entry", ["", "[1, 2]", "null", '{"status": "optimal"}', "{trunc"])
+def test_a_cache_entry_that_is_not_one_is_solved_again(traces, tmp_path, entry) -> None:
+    config = real_config(1.0)
+    first = episode_bound(config, traces, 2, cache_dir=tmp_path)
+    (cached,) = tmp_path.glob("*.json")
+    cached.write_text(entry)
+    again = episode_bound(config, traces, 2, cache_dir=tmp_path)
+    assert again.completed_bound == first.completed_bound
+    assert json.loads(cached.read_text())["status"] == "optimal"
+    assert [p.name for p in tmp_path.iterdir()] == [cached.name]  # no temporary left

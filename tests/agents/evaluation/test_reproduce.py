@@ -172,6 +172,17 @@ def test_the_main_job_writes_every_table_on_a_small_run(tmp_path) -> None:
     ):
         assert (out / name).is_file(), name
     assert (out / "summary.md").read_text() == summary
+    assert_links_are_written(summary, out)
+
+
+def assert_links_are_written(summary: str, out) -> None:
+    """Every file the summary links is there (none the run skipped)."""
+    import re
+
+    linked = re.findall(r"`([\w/.]+\.(?:png|csv|md))`", summary)
+    assert linked
+    for name in linked:
+        assert (out / name).is_file(), name
 
 
 def test_the_headline_alone_leaves_the_deadline_models_out(tmp_path) -> None:
@@ -189,5 +200,6 @@ def test_the_headline_alone_leaves_the_deadline_models_out(tmp_path) -> None:
         jobs=None,
     )
     assert "## Deadline models side by side" not in summary
+    assert_links_are_written(summary, tmp_path / "results")
     assert not (tmp_path / "results" / "deadline_models.md").exists()
     assert not (tmp_path / "results" / "deadline_models").exists()
