@@ -31,15 +31,17 @@ def stop(signum, frame):  # SIGTERM stops as Ctrl-C does, as the mara command li
 
 signal.signal(signal.SIGTERM, stop)
 n = 0
-print("ready", flush=True)
 try:
+    print("ready", flush=True)
     while True:
         n += 1
         atomic.atomic_write(out + "/saved.txt", (f"{n}\\n" * 5000).encode())
         with atomic.atomic_path(out + "/other.txt") as tmp:
             tmp.write_text(f"{n}\\n" * 5000)
-except KeyboardInterrupt:
-    atomic.atomic_write(out + "/final.txt", (f"{n}\\n" * 5000).encode())
+except KeyboardInterrupt:  # the save made as it stops, as the command line makes it
+    with atomic.signals_deferred():
+        print("saving", flush=True)
+        atomic.atomic_write(out + "/final.txt", (f"{n}\\n" * 5000).encode())
     sys.exit(130)
 """
 
@@ -67,6 +69,7 @@ def test_interrupts_at_random_moments_lose_nothing_saved_and_leave_no_temporary_
         time.sleep(rng.uniform(0.0, 0.05))
         proc.send_signal(stop)
         if i % 3 == 0:  # a second one while the last save is written
+            assert proc.stdout.readline() == "saving\n"
             time.sleep(rng.uniform(0.0, 0.002))
             proc.send_signal(stop)
         proc.communicate(timeout=20)
