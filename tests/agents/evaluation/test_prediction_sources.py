@@ -1,7 +1,7 @@
 """benchmarks/prediction_sources.py prints, per trace family and for all together, each
 source's share predicted, median |log error|, 10-90 % and 25-75 % coverage, CRPS and n
-at 0, 1, 3 and 10 reports, on the test split by default, and writes the same rows as a CSV it will not
-overwrite without --force."""
+at 0, 1, 3 and 10 reports, on the test split by default, and writes the same rows as a
+CSV it will not overwrite without --force."""
 
 from __future__ import annotations
 
