@@ -43,12 +43,12 @@ def add_parser(sub: argparse._SubParsersAction, fmt: type) -> None:
     )
     tw.add_argument("--loads", default="1.0,1.5,2.0", help="load factors of the episodes played")
     tw.add_argument(
-        "--episodes", type=int, default=12, help="train episodes per deadline model, workload, load"
+        "--episodes", type=int, default=24, help="train episodes per deadline model, workload, load"
     )
     tw.add_argument(
         "--calibration-episodes",
         type=int,
-        default=6,
+        default=8,
         help="validation-split episodes per setting for the recalibration",
     )
     tw.add_argument("--every", type=int, default=2, help="record the tasks every this many ticks")

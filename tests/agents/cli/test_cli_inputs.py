@@ -483,7 +483,7 @@ def test_predictor_usage_errors_exit_2_as_documented(tmp_path, capsys, argv, cul
     refused(argv, capsys, culprit)
 
 
-@pytest.mark.parametrize("spec", ["hedge:predictor=deadline", "hedge:prior=history"])
+@pytest.mark.parametrize("spec", ["hedge:predictor=deadline", "hedge:prior=workload"])
 @pytest.mark.parametrize("command", ["simulate", "evaluate"])
 def test_a_history_without_a_train_split_is_named_before_any_tuning(
     tmp_path, capsys, command, spec

@@ -30,12 +30,12 @@ def _parquet(source):
     return make, change
 
 
-def _text(text):
+def _text(text, added="\n# written again\n"):
     def make(path):
         path.write_text(text)
 
-    def change(path):
-        path.write_text(path.read_text() + "\n# written again\n")
+    def change(path):  # still a file of its kind, other bytes
+        path.write_text(path.read_text() + added)
 
     return make, change
 
@@ -52,7 +52,7 @@ KINDS = {
     "prior file": (
         "prior.json",
         ["--schedulers", "hedge:prior={f}"],
-        *_text(SHIPPED_PRIOR.read_text()),
+        *_text(SHIPPED_PRIOR.read_text(), added="\n\n"),
     ),
 }
 

@@ -81,9 +81,15 @@ def test_the_workers_and_their_server_ignore_ctrl_c_which_the_parent_handles():
 
     from mara_agents.evaluation.runner import _pool_context
 
-    with ProcessPoolExecutor(1, mp_context=_pool_context()) as pool:
-        assert pool.submit(_sigint_handler).result() == repr(signal.SIG_IGN)
-    server = forkserver._forkserver._forkserver_pid
-    ignored = Path(f"/proc/{server}/status").read_text().split("SigIgn:")[1].split()[0]
-    assert int(ignored, 16) & (1 << (signal.SIGINT - 1))
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the parent's
+    # the parent's handler as a command starts (a test run before in this process, Ray
+    # Tune's included, may have left its own)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with ProcessPoolExecutor(1, mp_context=_pool_context()) as pool:
+            assert pool.submit(_sigint_handler).result() == repr(signal.SIG_IGN)
+        server = forkserver._forkserver._forkserver_pid
+        ignored = Path(f"/proc/{server}/status").read_text().split("SigIgn:")[1].split()[0]
+        assert int(ignored, 16) & (1 << (signal.SIGINT - 1))
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the parent's
+    finally:
+        signal.signal(signal.SIGINT, previous)
