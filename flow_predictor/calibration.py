@@ -1,4 +1,5 @@
-"""Quantile recalibration of a remaining-work distribution, per report count, kept online.
+"""Quantile recalibration of a remaining-work distribution, per group and report count,
+kept online.
 
 A predictive distribution is calibrated when the probability integral transform (PIT)
 ``u = F(truth)`` of its predictions is uniform.  :class:`Recalibration` holds, per bucket
@@ -6,14 +7,18 @@ of report counts (:data:`BUCKETS`: 0, 1, 2, 3-5, 6-10, more), the distribution `
 the PITs the model gave on a history of tasks, and maps a nominal level ``tau`` to the
 level ``G^{-1}(tau)`` of the model's quantile curve that held ``tau`` of the history's
 truths (quantile recalibration, Kuleshov et al., ICML 2018; split conformal's guarantee
-for every level at once when the history is exchangeable with today's tasks).
+for every level at once when the history is exchangeable with today's tasks).  It does
+so per group of tasks as well (the remaining-work model's groups are trace families), so
+that a group the model is over- or under-confident about is corrected on its own, not
+averaged with the others.
 
-``G`` is a histogram of :data:`BINS` bins whose history mass counts as ``prior_weight``
-tasks.  :meth:`Recalibration.observe` adds a task that finished (its PIT, weight 1) or
-expired (censored: its work is only known to exceed what it did, so its unit of mass is
-spread over the bins above its censoring level in proportion to their mass, as the
-Kaplan-Meier estimator redistributes a censored case to the right).  A cluster whose
-deadlines or curves differ from its history so moves its calibration within a run.
+Each ``G`` is a histogram of :data:`BINS` bins whose history mass counts as
+``prior_weight`` tasks.  :meth:`Recalibration.observe` adds a task that finished (its
+PIT, weight 1) or expired (censored: its work is only known to exceed what it did, so
+its unit of mass is spread over the bins above its censoring level in proportion to
+their mass, as the Kaplan-Meier estimator redistributes a censored case to the right).
+A cluster whose deadlines or curves differ from its history so moves its calibration
+within a run.
 Numpy only.
 """
 
@@ -62,55 +67,76 @@ def read_curves(curves: np.ndarray, levels: np.ndarray, at: np.ndarray) -> np.nd
 
 @dataclass
 class Recalibration:
-    """Per bucket, a histogram of the PITs of a history (``mass``: buckets x :data:`BINS`,
-    each row summing to ``prior_weight``), updated online by :meth:`observe`."""
+    """Per group of tasks (e.g. a trace family) and bucket of report counts, a histogram
+    of the PITs of a history (``mass``: groups x buckets x :data:`BINS`, each histogram
+    summing to ``prior_weight``), updated online by :meth:`observe`."""
 
-    history: np.ndarray  # (buckets, BINS): the history's PIT shares per bin
+    history: np.ndarray  # (groups, buckets, BINS): the history's PIT shares per bin
     prior_weight: float = PRIOR_WEIGHT
     mass: np.ndarray = field(init=False)
 
     def __post_init__(self) -> None:
         h = np.asarray(self.history, np.float64)
-        if h.shape != (len(BUCKETS), BINS) or not np.isfinite(h).all() or (h < 0).any():
+        ok = h.ndim == 3 and h.shape[1:] == (len(BUCKETS), BINS) and len(h) >= 1
+        if not ok or not np.isfinite(h).all() or (h < 0).any():
             raise ValueError(
-                f"recalibration: history must be {len(BUCKETS)} x {BINS} non-negative shares"
+                f"recalibration: history must be groups x {len(BUCKETS)} x {BINS} "
+                f"non-negative shares; got shape {h.shape}"
             )
-        self.history = h / np.maximum(h.sum(axis=1, keepdims=True), 1e-12)
+        self.history = h / np.maximum(h.sum(axis=2, keepdims=True), 1e-12)
         self.reset()
 
     @classmethod
-    def fit(cls, u: np.ndarray, reports: np.ndarray, censored: np.ndarray | None = None):
-        """The recalibration of a history's PITs ``u`` at report counts ``reports``
-        (``censored``: PITs that are only lower bounds), each bucket's histogram started
-        uniform (one task's worth) so that a bucket the history lacks stays as predicted."""
-        b = bucket_of(reports)
+    def fit(
+        cls,
+        u: np.ndarray,
+        reports: np.ndarray,
+        groups: np.ndarray,
+        n_groups: int,
+        censored: np.ndarray | None = None,
+    ) -> Recalibration:
+        """The recalibration of a history's PITs ``u`` of tasks of ``groups`` (each in
+        ``range(n_groups)``) at report counts ``reports`` (``censored``: PITs that are only
+        lower bounds); one more group, the last, pools every task (for tasks of no known
+        group).  Each histogram starts uniform (one task's worth), so a cell the history
+        lacks stays as predicted."""
+        u, b = np.asarray(u, np.float64), bucket_of(reports)
+        groups = np.asarray(groups, np.int64)
         censored = np.zeros(len(u), bool) if censored is None else np.asarray(censored, bool)
-        hist = np.full((len(BUCKETS), BINS), 1.0 / BINS)
-        for j in range(len(BUCKETS)):
-            m = b == j
-            _add(hist[j], np.asarray(u)[m & ~censored], np.asarray(u)[m & censored])
+        hist = np.full((n_groups + 1, len(BUCKETS), BINS), 1.0 / BINS)
+        for g in range(n_groups + 1):
+            member = groups == g if g < n_groups else np.ones(len(u), bool)
+            for j in range(len(BUCKETS)):
+                m = member & (b == j)
+                _add(hist[g, j], u[m & ~censored], u[m & censored])
         return cls(hist)
+
+    @property
+    def pooled(self) -> int:
+        """The group that pools every task of the history."""
+        return len(self.history) - 1
 
     def reset(self) -> None:
         """Back to the history's calibration (a new run)."""
         self.mass = self.history * self.prior_weight
 
-    def observe(self, u: float, reports: int, censored: bool) -> None:
+    def observe(self, u: float, reports: int, group: int, censored: bool) -> None:
         """Add one task's PIT (``censored``: a lower bound) at ``reports`` reports."""
-        row = self.mass[int(bucket_of(np.array([reports]))[0])]
+        row = self.mass[group, int(bucket_of(np.array([reports]))[0])]
         if censored:
             _add(row, np.zeros(0), np.array([u]))
         else:
             _add(row, np.array([u]), np.zeros(0))
 
-    def levels(self, reports: np.ndarray, taus: np.ndarray) -> np.ndarray:
+    def levels(self, reports: np.ndarray, groups: np.ndarray, taus: np.ndarray) -> np.ndarray:
         """(tasks x len(taus)) model levels to read for nominal levels ``taus``:
-        ``G^{-1}(tau)`` of each task's bucket, linear within bins."""
+        ``G^{-1}(tau)`` of each task's group and bucket, linear within bins."""
         edges = np.linspace(0.0, 1.0, BINS + 1)
-        cdf = np.concatenate([np.zeros((len(BUCKETS), 1)), np.cumsum(self.mass, axis=1)], axis=1)
+        flat = self.mass.reshape(-1, BINS)
+        cdf = np.concatenate([np.zeros((len(flat), 1)), np.cumsum(flat, axis=1)], axis=1)
         cdf /= cdf[:, -1:]
         table = np.stack([np.interp(taus, c, edges) for c in cdf])
-        return table[bucket_of(reports)]
+        return table[np.asarray(groups) * len(BUCKETS) + bucket_of(reports)]
 
 
 def _add(row: np.ndarray, exact: np.ndarray, censored: np.ndarray) -> None:

@@ -26,9 +26,9 @@ A monotone quantile network (:mod:`flow_predictor.quantile_net`) maps them to
 :data:`LEVELS` quantiles of ``log(remaining / scale)``, fitted by pinball loss on the
 train split's episodes under several deadline models (``mara predictor task-work``), so
 it learns how much to trust each input rather than one cluster's deadline rule.  Its
-curves are then recalibrated per report count on a history of tasks the flow model never
-saw (:class:`~flow_predictor.calibration.Recalibration`) and, during a run, from the tasks
-that finish or expire (expiries censored): what the planner reads is calibrated by
+curves are then recalibrated per family and report count on a history of tasks the flow
+model never saw (:class:`~flow_predictor.calibration.Recalibration`) and, during a run,
+from the tasks that finish or expire (expiries censored): what the planner reads is calibrated by
 construction and stays so when the cluster drifts from its history.
 
 :class:`TaskWork` is the planner's source (the interface of
@@ -47,7 +47,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from flow_predictor.calibration import BUCKETS, Recalibration, pit, read_curves
+from flow_predictor.calibration import BUCKETS, Recalibration, bucket_of, pit, read_curves
 from flow_predictor.checkpoint import CheckpointError, load_blob
 from flow_predictor.deadline_prior import DeadlinePrior, deadline_scale
 from flow_predictor.quantile_net import QuantileNet, QuantileNetConfig
@@ -90,6 +90,9 @@ FEATURES = (
     "flow_never",
 )
 FLOW_COLUMNS = slice(FEATURES.index("flow_known"), len(FEATURES))
+FAMILY_COLUMNS = slice(
+    FEATURES.index(f"family_{FAMILIES[0]}"), FEATURES.index(f"family_{FAMILIES[-1]}") + 1
+)
 # the network's quantile levels of log(remaining / scale)
 N_LEVELS = 64
 LEVELS = (np.arange(N_LEVELS) + 0.5) / N_LEVELS
@@ -180,6 +183,13 @@ def task_features(
     return x, scale
 
 
+def family_groups(x: np.ndarray) -> np.ndarray:
+    """Each feature row's calibration group: its family's index in :data:`FAMILIES`, or
+    ``len(FAMILIES)`` (the pooled group) for a family the model was not fitted on."""
+    one_hot = np.asarray(x)[:, FAMILY_COLUMNS]
+    return np.where(one_hot.any(axis=1), one_hot.argmax(axis=1), len(FAMILIES))
+
+
 class TaskWorkModel:
     """The fitted pieces: the quantile network and the history's recalibration, and
     whether it reads the flow model."""
@@ -248,6 +258,8 @@ class TaskWorkModel:
             net = QuantileNet(len(FEATURES), N_LEVELS, config.hidden, config.depth)
             net.load_state_dict(blob["state_dict"])
             recal = Recalibration(np.asarray(blob["history"], np.float64))
+            if len(recal.history) != len(FAMILIES) + 1:
+                raise ValueError(f"its calibration has {len(recal.history)} groups")
             return cls(net.eval(), recal, bool(blob["uses_flow"]), dict(blob["fitted_on"]), config)
         except (KeyError, TypeError, ValueError, RuntimeError) as exc:
             raise CheckpointError(f"{path}: a damaged remaining-work model ({exc})") from None
@@ -273,9 +285,9 @@ class TaskWork:
         self.n_samples, self.online = int(n_samples), online
         self.recalibration = Recalibration(model.recalibration.history)
         self.taus = (np.arange(self.n_samples) + 0.5) / self.n_samples
-        # per task: (report bucket, curve, work done, scale) of its first prediction in
-        # each bucket, scored once the task ends
-        self._open: dict[int, list[tuple[int, np.ndarray, float, float]]] = {}
+        # per task: (reports, group, curve, work done, scale) of its first prediction in
+        # each report bucket, scored once the task ends
+        self._open: dict[int, list[tuple[int, int, np.ndarray, float, float]]] = {}
         self._buckets_seen: dict[int, set[int]] = {}
 
     def clear(self) -> None:
@@ -291,17 +303,19 @@ class TaskWork:
         ended = [k for k in self._open if sim.status[k] != ACTIVE]
         for k in ended:
             censored = bool(sim.status[k] == EXPIRED)
-            for reports, curve, done, scale in self._open.pop(k):
+            for reports, group, curve, done, scale in self._open.pop(k):
                 y = np.log(max(float(sim.work[k]) - done, MIN_RATIO * max(done, 1e-9)) / scale)
                 u = float(pit(np.array([y]), curve[None, :], LEVELS)[0])
-                self.recalibration.observe(u, reports, censored)
+                self.recalibration.observe(u, reports, group, censored)
 
-    def curves(self, sim: Any, tasks: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Uncalibrated curves of ``tasks``, their scales and report counts."""
+    def curves(
+        self, sim: Any, tasks: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Uncalibrated curves of ``tasks``, their scales, report counts and groups."""
         flow = self.flow.get(sim, tasks) if self.flow is not None else None
         x, scale = task_features(sim, tasks, self.prior, flow)
         reports = np.array([len(sim.hist_work[k]) for k in tasks], np.int64)
-        return self.model.curves(x), scale, reports
+        return self.model.curves(x), scale, reports, family_groups(x)
 
     def get(self, sim: Any, tasks: np.ndarray) -> RemainingWork:
         """Remaining work of ``tasks`` from their current work on: ``n_samples`` evenly
@@ -311,17 +325,17 @@ class TaskWork:
             return RemainingWork(np.zeros((0, self.n_samples)), np.zeros(0, bool))
         if self.online:
             self._score_ended(sim)
-        curves, scale, reports = self.curves(sim, tasks)
+        curves, scale, reports, groups = self.curves(sim, tasks)
         if self.online:
-            self._remember(sim, tasks, curves, scale, reports)
-        at = self.recalibration.levels(reports, self.taus)
+            self._remember(sim, tasks, curves, scale, reports, groups)
+        at = self.recalibration.levels(reports, groups, self.taus)
         logs = read_curves(curves, LEVELS, at)
         done = np.asarray(sim.work, np.float64)[tasks]
         samples = np.maximum(scale[:, None] * np.exp(logs), MIN_RATIO * done[:, None])
         return RemainingWork(samples, np.zeros(len(tasks), bool))
 
-    def _remember(self, sim, tasks, curves, scale, reports) -> None:
-        buckets = np.searchsorted(BUCKETS, reports, side="right") - 1
+    def _remember(self, sim, tasks, curves, scale, reports, groups) -> None:
+        buckets = bucket_of(reports)
         done = np.asarray(sim.work, np.float64)[tasks]
         for i, k in enumerate(tasks.tolist()):
             seen = self._buckets_seen.setdefault(k, set())
@@ -330,5 +344,5 @@ class TaskWork:
                 continue
             seen.add(b)
             self._open.setdefault(k, []).append(
-                (int(reports[i]), curves[i].copy(), float(done[i]), float(scale[i]))
+                (int(reports[i]), int(groups[i]), curves[i].copy(), float(done[i]), float(scale[i]))
             )

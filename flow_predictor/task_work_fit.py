@@ -21,7 +21,14 @@ from flow_predictor.calibration import Recalibration, pit
 from flow_predictor.deadline_prior import DeadlinePrior
 from flow_predictor.quantile_net import QuantileNetConfig, fit_quantile_net
 from flow_predictor.remaining import REFRESH, PredictionCache, RemainingWorkPredictor
-from flow_predictor.task_work import FLOW_COLUMNS, LEVELS, TaskWorkModel, task_features
+from flow_predictor.task_work import (
+    FAMILIES,
+    FLOW_COLUMNS,
+    LEVELS,
+    TaskWorkModel,
+    family_groups,
+    task_features,
+)
 from mara_env.cluster import ClusterSim
 from mara_env.config import ClusterConfig
 from mara_env.traces import TraceSet
@@ -103,7 +110,8 @@ def fit_model(
     progress: bool = True,
 ) -> tuple[TaskWorkModel, dict]:
     """The network fitted on ``train`` (a tenth of its episodes, at least one, held out to
-    pick the epoch), recalibrated on ``calibrate``; and the training record."""
+    pick the epoch), recalibrated per family and report count on ``calibrate``; and the
+    training record."""
     x = np.array(train.x)
     if not uses_flow:
         x[:, FLOW_COLUMNS] = 0.0
@@ -118,8 +126,14 @@ def fit_model(
     net, record = fit_quantile_net(
         x[~val], train.y[~val], LEVELS, config, x_val, y_val, device, progress
     )
-    model = TaskWorkModel(net, Recalibration.fit(np.zeros(0), np.zeros(0)), uses_flow, {}, config)
+    model = TaskWorkModel(net, _uncalibrated(), uses_flow, {}, config)
     u = pit(calibrate.y, model.curves(calibrate.x), LEVELS)
-    model.recalibration = Recalibration.fit(u, calibrate.reports)
+    groups = family_groups(calibrate.x)
+    model.recalibration = Recalibration.fit(u, calibrate.reports, groups, len(FAMILIES))
     model.fitted_on = {**fitted_on, "rows": int(len(x)), "calibration_rows": int(len(u))}
     return model, record
+
+
+def _uncalibrated() -> Recalibration:
+    """The identity recalibration (every level read as itself)."""
+    return Recalibration.fit(np.zeros(0), np.zeros(0), np.zeros(0), len(FAMILIES))

@@ -53,37 +53,62 @@ def test_pit_and_reading_curves_invert_each_other() -> None:
 
 def test_a_calibrated_history_reads_the_nominal_levels() -> None:
     rng = np.random.default_rng(0)
-    recal = Recalibration.fit(rng.random(20000), np.zeros(20000, np.int64))
+    n = 20000
+    recal = Recalibration.fit(rng.random(n), np.zeros(n, np.int64), np.zeros(n, np.int64), 1)
     taus = np.array([0.1, 0.25, 0.5, 0.75, 0.9])
-    assert recal.levels(np.array([0]), taus)[0] == pytest.approx(taus, abs=0.02)
+    assert recal.levels(np.array([0]), np.array([0]), taus)[0] == pytest.approx(taus, abs=0.02)
 
 
 def test_an_overconfident_history_widens_the_levels_read() -> None:
     # truths fall in the model's tails more often than its levels say
-    u = np.clip(np.random.default_rng(1).normal(0.5, 0.4, 20000), 0, 1)
-    recal = Recalibration.fit(u, np.full(20000, 4))
-    lo, hi = recal.levels(np.array([4]), np.array([0.1, 0.9]))[0]
+    n = 20000
+    u = np.clip(np.random.default_rng(1).normal(0.5, 0.4, n), 0, 1)
+    recal = Recalibration.fit(u, np.full(n, 4), np.zeros(n, np.int64), 1)
+    lo, hi = recal.levels(np.array([4]), np.array([0]), np.array([0.1, 0.9]))[0]
     assert lo < 0.05 and hi > 0.95
     # a bucket the history lacks stays as predicted
-    assert recal.levels(np.array([0]), np.array([0.1, 0.9]))[0] == pytest.approx([0.1, 0.9])
+    same = recal.levels(np.array([0]), np.array([0]), np.array([0.1, 0.9]))[0]
+    assert same == pytest.approx([0.1, 0.9])
+
+
+def test_each_group_is_recalibrated_on_its_own_and_the_last_pools_them() -> None:
+    rng = np.random.default_rng(2)
+    n = 20000
+    # group 0: the model is too sure (its truths in the tails); group 1: too unsure
+    u = np.concatenate([rng.random(n) ** 3, 0.5 + (rng.random(n) - 0.5) * 0.3])
+    groups = np.repeat([0, 1], n)
+    recal = Recalibration.fit(u, np.zeros(2 * n, np.int64), groups, 2)
+    assert recal.pooled == 2
+    median = recal.levels(np.zeros(3, np.int64), np.array([0, 1, 2]), np.array([0.5]))[:, 0]
+    assert median[0] == pytest.approx(0.5**3, abs=0.02)  # group 0's own median PIT
+    assert median[1] == pytest.approx(0.5, abs=0.02)
+    width = recal.levels(np.zeros(2, np.int64), np.array([0, 1]), np.array([0.1, 0.9]))
+    assert width[1, 1] - width[1, 0] < 0.3  # group 1 is read narrower than nominal
 
 
 def test_online_updates_move_the_calibration_and_reset_forgets_them() -> None:
-    recal = Recalibration(np.full((len(BUCKETS), BINS), 1.0))
-    before = recal.levels(np.array([1]), np.array([0.5]))[0, 0]
+    recal = Recalibration(np.full((2, len(BUCKETS), BINS), 1.0))
+    at = (np.array([1]), np.array([1]), np.array([0.5]))
+    before = recal.levels(*at)[0, 0]
     for _ in range(200):  # every task needed more than the model's 90 % quantile
-        recal.observe(0.95, 1, censored=False)
-    assert recal.levels(np.array([1]), np.array([0.5]))[0, 0] > 0.9 > before
+        recal.observe(0.95, 1, 1, censored=False)
+    assert recal.levels(*at)[0, 0] > 0.9 > before
+    assert recal.levels(np.array([1]), np.array([0]), np.array([0.5]))[0, 0] == before
     recal.reset()
-    assert recal.levels(np.array([1]), np.array([0.5]))[0, 0] == pytest.approx(before)
+    assert recal.levels(*at)[0, 0] == pytest.approx(before)
 
 
 def test_a_censored_expiry_moves_mass_only_above_its_level() -> None:
-    recal = Recalibration(np.full((len(BUCKETS), BINS), 1.0))
-    mass = recal.mass[0].copy()
-    recal.observe(0.7, 0, censored=True)
-    gained = recal.mass[0] - mass
+    recal = Recalibration(np.full((1, len(BUCKETS), BINS), 1.0))
+    mass = recal.mass[0, 0].copy()
+    recal.observe(0.7, 0, 0, censored=True)
+    gained = recal.mass[0, 0] - mass
     assert gained[:70].sum() == 0 and gained.sum() == pytest.approx(1.0)
+
+
+def test_a_history_of_the_wrong_shape_is_refused() -> None:
+    with pytest.raises(ValueError, match="groups x"):
+        Recalibration(np.ones((len(BUCKETS), BINS)))
 
 
 def test_the_quantile_network_learns_conditional_quantiles() -> None:
