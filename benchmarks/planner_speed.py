@@ -4,7 +4,8 @@ How to run:   python benchmarks/planner_speed.py [--nodes 16,64] [--loads 1.0,2.
                   [--episodes 2] [--lookahead-episodes 1] [--split val] [--urgency 0]
 Runs the harness's episodes (base seed 0) of ``hedge`` (flow predictions fused with the
 deadline prior), ``hedge:predictor=task`` (the calibrated remaining-work model, which
-reads the flow model and the prior too), ``hedge:predictor=flow`` (flow alone) and
+reads the flow model and the prior too), ``hedge:predictor=task-no-flow`` (the same
+without the flow model), ``hedge:predictor=flow`` (flow alone) and
 ``hedge:predictor=exact`` (exact work), each with hedge's ``urgency`` knob at
 ``--urgency``, in this process, one after the other, and times each tick by this
 process's CPU clock in two parts: the predictions (the flow model's ``PredictionCache``
@@ -45,7 +46,7 @@ from mara_env.schedulers import Scheduler, edf_order, place
 from mara_env.traces import load_traces
 
 # the predictions timed, the default first (the others are compared with it)
-PREDICTORS = ("flow+deadline", "task", "flow", "exact")
+PREDICTORS = ("flow+deadline", "task", "task-no-flow", "flow", "exact")
 
 
 def timed_episode(
@@ -176,9 +177,9 @@ def main() -> None:
                 total_ms = ms.mean() + 1e3 * np.mean(predict)
                 if predictor == "flow+deadline":
                     hedge_ms = total_ms
-                elif predictor == "task":
+                elif predictor.startswith("task"):
                     print(
-                        "    predictions + planning, task / flow+deadline: "
+                        f"    predictions + planning, {predictor} / flow+deadline: "
                         f"{total_ms / hedge_ms:.2f}"
                     )
             decide, network = [], []

@@ -119,10 +119,12 @@ class Recalibration:
     def reset(self) -> None:
         """Back to the history's calibration (a new run)."""
         self.mass = self.history * self.prior_weight
+        self._tables: dict[bytes, np.ndarray] = {}  # levels per cell, by the taus read
 
     def observe(self, u: float, reports: int, group: int, censored: bool) -> None:
         """Add one task's PIT (``censored``: a lower bound) at ``reports`` reports."""
         row = self.mass[group, int(bucket_of(np.array([reports]))[0])]
+        self._tables.clear()
         if censored:
             _add(row, np.zeros(0), np.array([u]))
         else:
@@ -130,12 +132,17 @@ class Recalibration:
 
     def levels(self, reports: np.ndarray, groups: np.ndarray, taus: np.ndarray) -> np.ndarray:
         """(tasks x len(taus)) model levels to read for nominal levels ``taus``:
-        ``G^{-1}(tau)`` of each task's group and bucket, linear within bins."""
-        edges = np.linspace(0.0, 1.0, BINS + 1)
-        flat = self.mass.reshape(-1, BINS)
-        cdf = np.concatenate([np.zeros((len(flat), 1)), np.cumsum(flat, axis=1)], axis=1)
-        cdf /= cdf[:, -1:]
-        table = np.stack([np.interp(taus, c, edges) for c in cdf])
+        ``G^{-1}(tau)`` of each task's group and bucket, linear within bins (the table of
+        every cell kept until the next :meth:`observe`)."""
+        taus = np.asarray(taus, np.float64)
+        table = self._tables.get(taus.tobytes())
+        if table is None:
+            edges = np.linspace(0.0, 1.0, BINS + 1)
+            flat = self.mass.reshape(-1, BINS)
+            cdf = np.concatenate([np.zeros((len(flat), 1)), np.cumsum(flat, axis=1)], axis=1)
+            cdf /= cdf[:, -1:]
+            table = np.stack([np.interp(taus, c, edges) for c in cdf])
+            self._tables[taus.tobytes()] = table
         return table[np.asarray(groups) * len(BUCKETS) + bucket_of(reports)]
 
 
