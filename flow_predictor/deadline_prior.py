@@ -52,6 +52,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 from scipy.special import ndtri
 
 from flow_predictor.remaining import MIN_RATIO, PredictionCache, RemainingWork
+from mara_env import json_file
 from mara_env.atomic import atomic_write
 from mara_env.workload import Workload, reference_nodes
 
@@ -172,9 +173,11 @@ class DeadlinePrior:
         """The prior stored at ``path`` (default: the shipped one, :data:`SHIPPED_PRIOR`)."""
         path = Path(path) if path is not None else SHIPPED_PRIOR
         try:
-            blob = json.loads(path.read_text())
+            blob = json_file.loads(path.read_text())
         except FileNotFoundError:
             raise FileNotFoundError(f"deadline prior {path}: no such file") from None
+        except json_file.DuplicateKeyError as e:
+            raise ValueError(f"deadline prior {path}: {e}") from None
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
             raise ValueError(f"deadline prior {path}: not JSON ({e})") from None
         if not isinstance(blob, dict) or blob.get("kind") != KIND:

@@ -20,7 +20,6 @@ is changed quietly.  Replaying a table's days is :mod:`mara_env.replay`.
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +27,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from mara_env import json_file
 from mara_env.atomic import atomic_path
 from mara_env.traces import SPLITS, hash_split, read_table, show_cell
 
@@ -141,7 +141,7 @@ def read_job_log(
 def _philly_json(path: Path, dropped: dict[str, int]) -> pd.DataFrame:
     """msr-fiddle's ``cluster_job_log``: run time summed over attempts, GPUs of the last."""
     try:
-        jobs = json.loads(path.read_text())
+        jobs = json_file.loads(path.read_text())
     except (ValueError, UnicodeDecodeError) as exc:
         raise JobsError(f"{path}: not a readable JSON file ({exc})") from None
     if not isinstance(jobs, list):

@@ -43,6 +43,7 @@ from flow_predictor.deadline_prior import (
     deadline_scale,
     fit_history,
 )
+from mara_env import json_file
 from mara_env.atomic import atomic_write
 from mara_env.config import ClusterConfig
 from mara_env.traces import TraceError, load_traces
@@ -215,7 +216,7 @@ def tuning_record(
 def shipped_choices(path: Path = SHIPPED_CHOICES) -> list[dict[str, Any]]:
     """The tunings in ``path`` (a JSON list of records of ``mara history fit``: their
     ``fitted_on`` (:func:`tuning_record`), ``leads`` and ``miss_cost``)."""
-    return json.loads(Path(path).read_text())
+    return json_file.loads(Path(path).read_text())
 
 
 def write_choices(records: Sequence[dict[str, Any]], path: Path = SHIPPED_CHOICES) -> None:

@@ -159,6 +159,11 @@ def test_a_prior_file_round_trips(tmp_path, windows) -> None:
             '"log_ratios": [0.1, NaN]}',
             "finite",
         ),
+        (
+            '{"kind": "mara-deadline-prior", "version": 1, "fitted_on": {}, '
+            '"log_ratios": [0.1, 0.2], "log_ratios": [0.3, 0.4]}',
+            "key 'log_ratios' is given twice",
+        ),
     ],
 )
 def test_a_bad_prior_file_is_a_one_line_error_naming_it(tmp_path, content, words) -> None:

@@ -157,10 +157,13 @@ def test_an_unseen_cluster_is_tuned_once_in_the_parent_and_read_from_its_file(
     out.write_text(json.dumps([record]))
     assert ClusterHistory.of(users).miss_cost is None
     assert ClusterHistory.of(users.replace(load=2.0), [out]).price() == record["miss_cost"]
-    for bad in ("not json", "{}", "[1]"):
+    twice = '[{"fitted_on": {}, "miss_cost": 1.0, "miss_cost": 0.0}]'
+    for bad in ("not json", "{}", "[1]", twice):
         (tmp_path / "bad.json").write_text(bad)
         with pytest.raises(HistoryError, match="bad.json"):
             ClusterHistory.of(users, [tmp_path / "bad.json"])
+    with pytest.raises(HistoryError, match="'miss_cost' is given twice"):
+        ClusterHistory.of(users, [tmp_path / "bad.json"])
     with pytest.raises(HistoryError, match="missing.json"):
         ClusterHistory.of(users, [tmp_path / "missing.json"])
     # the harness's evaluate() never tunes: a spec that needs a price the history lacks is
