@@ -179,7 +179,7 @@ def _training_options(t: argparse.ArgumentParser, out_help: str) -> None:
     t.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
-def _check_device(args: argparse.Namespace) -> None:
+def check_device(args: argparse.Namespace) -> None:
     """UsageError naming ``--device`` and the devices expected unless it names one this
     machine can train on; raised outside the command's own ``try``, so that the CLI
     reports it as its range checks, with exit status 2."""
@@ -236,7 +236,7 @@ def run_train(args: argparse.Namespace) -> int:
     from mara_agents.outputs import OutputError, prepare_out_file
     from mara_env.traces import TraceError
 
-    _check_device(args)  # a usage error: exit 2
+    check_device(args)  # a usage error: exit 2
     try:
         cfg = _train_config(args)
         checks.output_file(args.out)
@@ -310,7 +310,7 @@ def run_lofo(args: argparse.Namespace) -> int:
     from mara_agents.outputs import OutputError, prepare_out
     from mara_env.traces import TraceError
 
-    _check_device(args)  # a usage error: exit 2
+    check_device(args)  # a usage error: exit 2
     try:
         cfg = _train_config(args)
         checks.check(

@@ -74,12 +74,14 @@ def run_task_work(args: argparse.Namespace) -> int:
     from flow_predictor.train import resolve_device
     from mara_agents.baselines.hedge import Hedge
     from mara_agents.commands import checks
+    from mara_agents.commands.predictor import check_device
     from mara_agents.outputs import OutputError, claim_file
     from mara_agents.planning.history import ClusterHistory
     from mara_env.config import DEADLINE_MODELS, ClusterConfig, ConfigError
     from mara_env.traces import TraceError, load_traces
 
     name = "mara predictor task-work"
+    check_device(args)  # a usage error: exit 2
     try:
         loads = [
             checks.positive(v, "--loads")
@@ -94,10 +96,7 @@ def run_task_work(args: argparse.Namespace) -> int:
         for option in ("episodes", "calibration_episodes", "every", "epochs"):
             value = getattr(args, option)
             checks.check(value >= 1, f"--{option.replace('_', '-')}", value, "an integer >= 1")
-        try:
-            device = str(resolve_device(args.device))
-        except ValueError as exc:
-            raise checks.UsageError(f"--device {args.device}: {exc}") from None
+        device = str(resolve_device(args.device))
 
         def settings(split: str) -> list:
             out = []
@@ -128,7 +127,7 @@ def run_task_work(args: argparse.Namespace) -> int:
             )
     except (checks.UsageError, OutputError, ConfigError, TraceError, ValueError) as exc:
         print(f"{name}: error: {exc}", file=sys.stderr)
-        return 1
+        return 2  # nothing was run: a usage error, as `mara predictor train`'s
     from tqdm import tqdm
 
     start = time.monotonic()

@@ -234,8 +234,10 @@ def test_the_command_fits_and_writes_both_models(tmp_path, capsys) -> None:
     assert main(argv) == 0
     assert TaskWorkModel.load(out).uses_flow and not TaskWorkModel.load(no_flow).uses_flow
     assert TaskWorkModel.load(out).fitted_on["deadline_models"] == ["padded"]
-    assert main(argv) == 1 and "--force" in capsys.readouterr().err  # exists
+    assert main(argv) == 2 and "--force" in capsys.readouterr().err  # exists
     bad = list(argv)
     bad[bad.index("--deadline-models") + 1] = "padded,psychic"
     bad[bad.index("--out") + 1] = str(tmp_path / "x.pt")
-    assert main(bad) == 1 and "psychic" in capsys.readouterr().err
+    assert main(bad) == 2 and "psychic" in capsys.readouterr().err
+    bad[bad.index("--device") + 1] = "tpu9"
+    assert main(bad) == 2 and "--device tpu9" in capsys.readouterr().err
