@@ -408,3 +408,15 @@ def cluster_from_args(args: argparse.Namespace, loads: list[float], option: str)
             )
         traces = traces.subset(np.isin(traces.families, config.families))
     return config, traces
+
+
+def check_device(name: str | None, option: str = "--device") -> None:
+    """UsageError naming ``option`` and the torch devices expected unless ``name`` (None:
+    the default) is one this machine can train on; a command calls it outside its own
+    ``try``, so that the CLI reports it as its range checks, with exit status 2."""
+    from flow_predictor.train import resolve_device
+
+    try:
+        resolve_device(name)
+    except ValueError as exc:
+        raise UsageError(f"{option} {name}: {exc}") from None

@@ -179,19 +179,6 @@ def _training_options(t: argparse.ArgumentParser, out_help: str) -> None:
     t.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
-def check_device(args: argparse.Namespace) -> None:
-    """UsageError naming ``--device`` and the devices expected unless it names one this
-    machine can train on; raised outside the command's own ``try``, so that the CLI
-    reports it as its range checks, with exit status 2."""
-    from flow_predictor.train import resolve_device
-    from mara_agents.commands import checks
-
-    try:
-        resolve_device(args.device)
-    except ValueError as exc:
-        raise checks.UsageError(f"--device {args.device}: {exc}") from None
-
-
 def _train_config(args: argparse.Namespace) -> TrainConfig:
     """The TrainConfig of the training options; UsageError naming a bad one."""
     from flow_predictor.train import TrainConfig
@@ -236,7 +223,7 @@ def run_train(args: argparse.Namespace) -> int:
     from mara_agents.outputs import OutputError, prepare_out_file
     from mara_env.traces import TraceError
 
-    check_device(args)  # a usage error: exit 2
+    checks.check_device(args.device)  # a usage error: exit 2
     try:
         cfg = _train_config(args)
         checks.output_file(args.out)
@@ -310,7 +297,7 @@ def run_lofo(args: argparse.Namespace) -> int:
     from mara_agents.outputs import OutputError, prepare_out
     from mara_env.traces import TraceError
 
-    check_device(args)  # a usage error: exit 2
+    checks.check_device(args.device)  # a usage error: exit 2
     try:
         cfg = _train_config(args)
         checks.check(

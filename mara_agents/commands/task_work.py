@@ -74,14 +74,13 @@ def run_task_work(args: argparse.Namespace) -> int:
     from flow_predictor.train import resolve_device
     from mara_agents.baselines.hedge import Hedge
     from mara_agents.commands import checks
-    from mara_agents.commands.predictor import check_device
     from mara_agents.outputs import OutputError, claim_file
     from mara_agents.planning.history import ClusterHistory
     from mara_env.config import DEADLINE_MODELS, ClusterConfig, ConfigError
     from mara_env.traces import TraceError, load_traces
 
     name = "mara predictor task-work"
-    check_device(args)  # a usage error: exit 2
+    checks.check_device(args.device)  # a usage error: exit 2
     try:
         loads = [
             checks.positive(v, "--loads")
