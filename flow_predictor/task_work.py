@@ -48,7 +48,7 @@ import numpy as np
 import torch
 
 from flow_predictor.calibration import BUCKETS, Recalibration, bucket_of, pit, read_curves
-from flow_predictor.checkpoint import CheckpointError, load_blob
+from flow_predictor.checkpoint import CheckpointError, load_blob, save_blob
 from flow_predictor.deadline_prior import DeadlinePrior, deadline_scale
 from flow_predictor.quantile_net import QuantileNet, QuantileNetConfig
 from flow_predictor.remaining import MIN_RATIO, PredictionCache, RemainingWork
@@ -214,7 +214,6 @@ class TaskWorkModel:
 
     def save(self, path: str | os.PathLike) -> None:
         """Write the model (atomically)."""
-        path = Path(path)
         blob = {
             "format": FORMAT,
             "version": VERSION,
@@ -227,9 +226,7 @@ class TaskWorkModel:
             "history": torch.as_tensor(self.recalibration.history),
             "state_dict": self.net.state_dict(),
         }
-        tmp = path.with_name(f".{path.name}.tmp")
-        torch.save(blob, tmp)
-        os.replace(tmp, path)
+        save_blob(path, blob)
 
     @classmethod
     def load(cls, path: str | os.PathLike | None = None) -> TaskWorkModel:
