@@ -35,7 +35,7 @@ import time
 import numpy as np
 
 from flow_predictor.model import single_threaded
-from mara_agents.baselines.hedge import Hedge
+from mara_agents.baselines.hedge import TASK_MODELS, Hedge
 from mara_agents.baselines.lookahead import Lookahead
 from mara_agents.evaluation.runner import build, episode_seed
 from mara_env.cluster import ClusterSim
@@ -177,7 +177,7 @@ def main() -> None:
                 total_ms = ms.mean() + 1e3 * np.mean(predict)
                 if predictor == "flow+deadline":
                     hedge_ms = total_ms
-                elif predictor.startswith("task"):
+                elif predictor in TASK_MODELS:
                     print(
                         f"    predictions + planning, {predictor} / flow+deadline: "
                         f"{total_ms / hedge_ms:.2f}"

@@ -60,14 +60,14 @@ COLUMNS = (
 _LOG_NEVER = 50.0
 
 
-def make_sources(config: ClusterConfig) -> dict[str, Any]:
+def make_sources(sim: ClusterSim) -> dict[str, Any]:
     """Every source by name (each ``hedge:predictor=NAME``'s predictions, with its own
-    cache over one flow model), on ``config``'s cluster history; ``fused``: the one hedge
-    reads by default, under that name."""
+    caches), on the cluster history of ``sim``'s cluster; ``fused``: the one hedge reads by
+    default, under that name."""
     sources = {}
     for name in SOURCES:
         hedge = Hedge(predictor=name, miss_cost=1.0)  # (the price never reaches a prediction)
-        hedge.reset(ClusterSim(config, load_traces(split=config.split)), np.random.default_rng(0))
+        hedge.reset(sim, np.random.default_rng(0))
         sources["fused" if name == DEFAULT_PREDICTOR else name] = hedge._predictions
     return sources
 
@@ -135,7 +135,7 @@ def play(args: argparse.Namespace) -> pd.DataFrame:
     rows: list[tuple] = []
     for load in args.loads:
         config = ClusterConfig(split=args.split, load=load, deadline_model=args.deadline_model)
-        sources = make_sources(config)
+        sources = make_sources(ClusterSim(config, traces))
         for i in range(args.episodes):
             seed = episode_seed(args.seed, load, i)
             sim, hedge = ClusterSim(config, traces), Hedge()

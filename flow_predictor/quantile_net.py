@@ -94,8 +94,8 @@ def fit_quantile_net(
     yv = torch.as_tensor(y_val, dtype=torch.float32, device=device)
     lv = torch.as_tensor(levels, dtype=torch.float32, device=device)
     opt = torch.optim.AdamW(net.parameters(), lr=config.lr, weight_decay=config.weight_decay)
-    steps = config.epochs * max(1, len(x) // config.batch_size)
-    sched = torch.optim.lr_scheduler.OneCycleLR(opt, config.lr, total_steps=steps)
+    steps = max(1, len(x) // config.batch_size)  # per epoch
+    sched = torch.optim.lr_scheduler.OneCycleLR(opt, config.lr, total_steps=config.epochs * steps)
     best, best_state, stale, record = np.inf, None, 0, []
     epochs = range(config.epochs)
     if progress:
@@ -106,7 +106,7 @@ def fit_quantile_net(
         net.train()
         order = torch.as_tensor(rng.permutation(len(x)), device=device)
         total = 0.0
-        for i in range(max(1, len(x) // config.batch_size)):
+        for i in range(steps):
             idx = order[i * config.batch_size : (i + 1) * config.batch_size]
             loss = pinball(net(xt[idx]), yt[idx], lv)
             opt.zero_grad()
@@ -117,7 +117,7 @@ def fit_quantile_net(
         net.eval()
         with torch.no_grad():
             val = float(pinball(net(xv), yv, lv))
-        record.append({"epoch": epoch, "train": total / max(1, i + 1), "val": val})
+        record.append({"epoch": epoch, "train": total / steps, "val": val})
         if val < best:
             best, stale = val, 0
             best_state = {k: v.detach().clone() for k, v in net.state_dict().items()}

@@ -107,10 +107,10 @@ def _log_ratio(work: np.ndarray, scale: np.ndarray) -> np.ndarray:
 
 def task_features(
     sim: Any, tasks: np.ndarray, prior: DeadlinePrior, flow: RemainingWork | None
-) -> tuple[np.ndarray, np.ndarray]:
-    """(tasks x :data:`FEATURES`) rows of what a scheduler knows of ``tasks`` now, and
-    their ``scale`` (the unit of the model's output).  ``flow``: the flow model's
-    remaining-work samples of the same tasks (``None``: not known for any)."""
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(tasks x :data:`FEATURES`) rows of what a scheduler knows of ``tasks`` now, their
+    ``scale`` (the unit of the model's output) and their report counts.  ``flow``: the
+    flow model's remaining-work samples of the same tasks (``None``: not known for any)."""
     tasks = np.asarray(tasks, np.int64)
     wl, n = sim.workload, len(tasks)
     scale = np.maximum(deadline_scale(wl, sim.config, tasks), 1e-9)
@@ -125,7 +125,7 @@ def task_features(
     progress = (log_loss0 - log_loss) / depth
     best = np.array([min(sim.hist_loss[k], default=np.inf) for k in tasks.tolist()])
     progress_best = log_loss0 - np.log(np.maximum(np.minimum(best, sim.loss0[tasks]), LOSS_FLOOR))
-    reports = np.array([len(sim.hist_work[k]) for k in tasks], np.float64)
+    reports = np.array([len(sim.hist_work[k]) for k in tasks], np.int64)
     # how far the loss had come at half and a quarter of the work done: the curve's bend
     # (0 without a report that early)
     earlier = np.zeros((n, 2))
@@ -180,7 +180,7 @@ def task_features(
             flow_part,
         ]
     )
-    return x, scale
+    return x, scale, reports
 
 
 def family_groups(x: np.ndarray) -> np.ndarray:
@@ -285,7 +285,6 @@ class TaskWork:
         # per task: (reports, group, curve, work done, scale) of its first prediction in
         # each report bucket, scored once the task ends
         self._open: dict[int, list[tuple[int, int, np.ndarray, float, float]]] = {}
-        self._buckets_seen: dict[int, set[int]] = {}
 
     def clear(self) -> None:
         """Forget every task and the run's calibration updates (new episode)."""
@@ -293,7 +292,6 @@ class TaskWork:
             self.flow.clear()
         self.recalibration.reset()
         self._open.clear()
-        self._buckets_seen.clear()
 
     def _score_ended(self, sim: Any) -> None:
         """Add the tasks that ended since the last call to the run's calibration."""
@@ -310,8 +308,7 @@ class TaskWork:
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Uncalibrated curves of ``tasks``, their scales, report counts and groups."""
         flow = self.flow.get(sim, tasks) if self.flow is not None else None
-        x, scale = task_features(sim, tasks, self.prior, flow)
-        reports = np.array([len(sim.hist_work[k]) for k in tasks], np.int64)
+        x, scale, reports = task_features(sim, tasks, self.prior, flow)
         return self.model.curves(x), scale, reports, family_groups(x)
 
     def get(self, sim: Any, tasks: np.ndarray) -> RemainingWork:
@@ -332,14 +329,14 @@ class TaskWork:
         return RemainingWork(samples, np.zeros(len(tasks), bool))
 
     def _remember(self, sim, tasks, curves, scale, reports, groups) -> None:
+        """Keep each task's first prediction in a report bucket it had none in (reports
+        only grow, so its last kept one tells)."""
         buckets = bucket_of(reports)
         done = np.asarray(sim.work, np.float64)[tasks]
         for i, k in enumerate(tasks.tolist()):
-            seen = self._buckets_seen.setdefault(k, set())
-            b = int(buckets[i])
-            if b in seen:
+            kept = self._open.setdefault(k, [])
+            if kept and bucket_of(kept[-1][0]) == buckets[i]:
                 continue
-            seen.add(b)
-            self._open.setdefault(k, []).append(
+            kept.append(
                 (int(reports[i]), int(groups[i]), curves[i].copy(), float(done[i]), float(scale[i]))
             )

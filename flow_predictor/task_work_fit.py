@@ -82,12 +82,12 @@ def collect(
                 if len(tasks):
                     rw = flow.get(sim, tasks)  # every tick: the refresh a planner sees
                     if sim.t % every == 0:
-                        x, scale = task_features(sim, tasks, prior, rw)
+                        x, scale, reports = task_features(sim, tasks, prior, rw)
                         truth = sim.remaining_true(tasks)
                         ok = np.isfinite(truth) & (truth > 0)
                         xs.append(x[ok])
                         ys.append(np.log(truth[ok] / scale[ok]))
-                        rs.append(np.array([len(sim.hist_work[k]) for k in tasks[ok]]))
+                        rs.append(reports[ok])
                 sim.tick(scheduler.assign(sim))
             if xs:
                 x = np.concatenate(xs)

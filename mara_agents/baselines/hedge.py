@@ -93,6 +93,8 @@ DEFAULT_PREDICTOR = "flow+deadline"
 # which of them read the deadline prior of the cluster's history, and which the flow model
 READS_PRIOR = frozenset({"flow+deadline", "deadline", "task", "task-no-flow"})
 READS_FLOW = frozenset({"flow+deadline", "flow", "task"})
+# the calibrated remaining-work models (flow_predictor.task_work) by the name that reads each
+TASK_MODELS = frozenset({"task", "task-no-flow"})
 
 
 class ExactRemaining:
@@ -153,7 +155,7 @@ class Hedge(Scheduler):
             names = ", ".join(["predictor", "prior", *known])
             raise ValueError(f"hedge: unknown parameter {unknown[0]!r}; known: {names}")
         self.params = HedgeParams(**knobs)  # as given: miss_cost may name the cluster's price
-        if predictor in READS_FLOW or predictor.startswith("task"):
+        if predictor in READS_FLOW | TASK_MODELS:
             from mara_agents.extras import require
 
             require("predictor")  # checked here, in the parent, not in a worker
@@ -215,7 +217,7 @@ class Hedge(Scheduler):
             self._flow = PredictionCache(load_predictor(n_samples=FLOW_SAMPLES), REFRESH)
         if prior is None:
             return self._flow
-        if self.predictor.startswith("task"):
+        if self.predictor in TASK_MODELS:
             from flow_predictor.task_work import (
                 SHIPPED_TASK_WORK,
                 SHIPPED_TASK_WORK_NO_FLOW,

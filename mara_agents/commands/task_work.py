@@ -79,7 +79,8 @@ def run_task_work(args: argparse.Namespace) -> int:
     from mara_env.config import DEADLINE_MODELS, ClusterConfig, ConfigError
     from mara_env.traces import TraceError, load_traces
 
-    name = "mara predictor task-work"
+    command = "predictor task-work"
+    name = f"mara {command}"
     checks.check_device(args.device)  # a usage error: exit 2
     try:
         loads = [
@@ -115,12 +116,12 @@ def run_task_work(args: argparse.Namespace) -> int:
 
         train_settings, cal_settings = settings("train"), settings("val")
         stack = ExitStack()
-        outs = [stack.enter_context(claim_file(args.out, command=name[5:], force=args.force))]
+        outs = [stack.enter_context(claim_file(args.out, command=command, force=args.force))]
         if args.no_flow_out:
             outs.append(
                 stack.enter_context(
                     claim_file(
-                        args.no_flow_out, command=name[5:], force=args.force, option="--no-flow-out"
+                        args.no_flow_out, command=command, force=args.force, option="--no-flow-out"
                     )
                 )
             )

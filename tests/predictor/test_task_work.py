@@ -143,11 +143,11 @@ def test_features_read_only_what_a_scheduler_knows() -> None:
     config = ClusterConfig(split="val")
     sim = _played(config)
     tasks = sim.active()
-    x, scale = task_features(sim, tasks, DeadlinePrior.load(), None)
+    x, scale, _ = task_features(sim, tasks, DeadlinePrior.load(), None)
     assert x.shape == (len(tasks), len(FEATURES)) and np.isfinite(x).all()
     # the same features whatever the hidden truth: change every task's true work
     sim.truth.work_true[:] *= 3.0
-    x2, _ = task_features(sim, tasks, DeadlinePrior.load(), None)
+    x2, _, _ = task_features(sim, tasks, DeadlinePrior.load(), None)
     assert np.array_equal(x, x2)
     assert (scale > 0).all()
 
