@@ -17,6 +17,11 @@ Tasks with fewer than three reports get the predictor's documented fallback and
 ``pred_fallback = 1``; tasks with no usable report (unknown remaining work) get 0 in
 every predictor feature and ``pred_fallback = 1``.
 
+The ``task`` wrapper's predictions are the calibrated remaining-work model's
+(:mod:`flow_predictor.task_work`, the shipped model), which reads the flow model's samples
+and the deadline prior with everything else a scheduler knows of a task: the same features
+from every task's arrival on, and its calibration updated from the tasks that end.
+
 The wrapper predicts; it does not plan.  A :class:`SlotPlan` (a planner's per-slot
 columns: the policy's are :mod:`mara_agents.policy.features`) is handed the same
 predictions of the visible slots and writes its columns after them.
@@ -79,7 +84,10 @@ class PredictionSettings:
     fusion of the flow samples with the prior
     (:class:`~flow_predictor.deadline_prior.DeadlineInformed`): read as ``quantiles``
     evenly spaced quantiles, the flow model's log spread times ``flow_spread``.  The
-    fusion's two numbers are a planner's (``HedgeParams``): the caller passes them."""
+    fusion's two numbers are a planner's (``HedgeParams``): the caller passes them.  With
+    ``task_work`` (the ``task`` wrapper) the prior and the flow samples are inputs of the
+    calibrated remaining-work model instead (:class:`~flow_predictor.task_work.TaskWork`,
+    ``quantiles`` evenly spaced quantiles; ``flow_spread`` is not read)."""
 
     samples: int = FLOW_SAMPLES
     refresh: float = REFRESH
@@ -87,8 +95,13 @@ class PredictionSettings:
     deadline_windows: tuple[float, ...] = ()
     quantiles: int = 0
     flow_spread: float = 0.0
+    task_work: bool = False
 
     def __post_init__(self) -> None:
+        if self.task_work and not self.deadline_prior:
+            raise ValueError(
+                "prediction settings: task_work reads the deadline prior; give deadline_prior"
+            )
         if self.deadline_prior and (self.quantiles < 1 or not self.flow_spread > 0):
             raise ValueError(
                 f"prediction settings: a deadline prior needs quantiles >= 1 and "
@@ -153,13 +166,19 @@ class PredictorFeatures(BaseWrapper):
             predictor = load_predictor(n_samples=settings.samples)
         self.predictor = predictor
         self._predictions = PredictionCache(predictor, settings.refresh)
-        self._source: PredictionCache | DeadlineInformed = self._predictions
+        self._source: Any = self._predictions
         if settings.deadline_prior:
             windows = np.asarray(settings.deadline_windows) if settings.deadline_windows else None
             prior = DeadlinePrior(np.asarray(settings.deadline_prior), {}, windows)
-            self._source = DeadlineInformed(
-                prior, self._predictions, settings.quantiles, settings.flow_spread
-            )
+            if settings.task_work:
+                from flow_predictor.task_work import TaskWork, TaskWorkModel
+
+                model = TaskWorkModel.load()
+                self._source = TaskWork(model, prior, self._predictions, settings.quantiles)
+            else:
+                self._source = DeadlineInformed(
+                    prior, self._predictions, settings.quantiles, settings.flow_spread
+                )
         self.added = PREDICTION_FEATURES + (() if plan is None else tuple(plan.columns))
         engine = self._engine = env.unwrapped.engine  # persists across resets
         base = engine.observation_space
@@ -399,10 +418,16 @@ def _place(
 
 
 # The predictions an env (and a policy trained on it) may observe: none, the shipped flow
-# model, the flow model fused with the deadline prior, or LARA's WLS fit (the no-flow
-# ablation); the same layout but for none.
+# model, the flow model fused with the deadline prior, the calibrated remaining-work model
+# on both, or LARA's WLS fit (the no-flow ablation); the same layout but for none.
 FLOW_DEADLINE = "flow+deadline"
-WRAPPERS = ("none", "flow", FLOW_DEADLINE, "wls")
+TASK = "task"
+WRAPPERS = ("none", "flow", FLOW_DEADLINE, TASK, "wls")
+# the wrappers whose predictions read the flow model; and those that read the cluster's
+# deadline prior too (their plan is a hedge teacher's, and each is named as the hedge
+# predictor that plans on the same predictions)
+FLOW_WRAPPERS = ("flow", FLOW_DEADLINE, TASK)
+PRIOR_WRAPPERS = (FLOW_DEADLINE, TASK)
 
 
 def make_predictor(
@@ -416,7 +441,7 @@ def make_predictor(
         raise ConfigError(f"wrapper={wrapper!r}: expected one of {list(WRAPPERS)}")
     if wrapper == "none":
         return None
-    if wrapper in ("flow", FLOW_DEADLINE):
+    if wrapper in FLOW_WRAPPERS:
         # Imported here: the flow model (torch) is only needed when asked for.
         from flow_predictor.checkpoint import load_predictor
 

@@ -44,7 +44,9 @@ ALL_SPECS = (
     "fifo",
     # rules of thumb and our own heuristic
     "flow_share",
-    "hedge",  # admission and counts planned on the flow samples fused with the deadline prior
+    "hedge",  # admission and counts planned on the calibrated remaining-work model
+    "hedge:predictor=task-no-flow",  # ... on that model fitted without the flow model
+    "hedge:predictor=flow+deadline",  # ... on the flow samples fused with the deadline prior
     "hedge:miss_cost=1",  # ... with a miss charged to the deadline (the price before history)
     "hedge:predictor=flow",  # the same planner on the flow predictor's samples alone
     "hedge:predictor=deadline",  # ... and on the deadline prior alone
@@ -54,10 +56,11 @@ ALL_SPECS = (
     "random",
 )
 # The main job's headline (plain ``mara reproduce``, within 6 minutes on 2 cores): MARA,
-# its teacher on each thing it may know (the fused distribution, the deadline prior alone,
-# exact work), LARA's planner on exact work, the literature's deadline-aware schedulers
-# and the rules of thumb.  The schedulers that plan through the flow model alone (the
-# costliest per episode after MARA) and the deadline-model table come with --all.
+# its teacher on each thing it may know (the calibrated model, the flow model fused with
+# the deadline prior, exact work), LARA's planner on exact work, the literature's
+# deadline-aware schedulers and the rules of thumb.  The schedulers that plan through the
+# flow model alone (the costliest per episode after MARA), hedge on the deadline prior
+# alone and the deadline-model table come with --all.
 DEFAULT_SPECS = (
     "mara",
     "oracle",
@@ -67,7 +70,7 @@ DEFAULT_SPECS = (
     "tiresias",
     "fifo",
     "hedge",
-    "hedge:predictor=deadline",
+    "hedge:predictor=flow+deadline",
     "uniform",
     "edf",
 )
@@ -78,6 +81,7 @@ REPLAY_SPECS = (
     "oracle",
     "hedge:predictor=exact",
     "hedge",
+    "hedge:predictor=flow+deadline",
     "hedge:predictor=flow",
     "hedge:predictor=deadline",
     "laira",
@@ -92,6 +96,7 @@ REPLAY_LOADS = (1.0, 2.0)
 DEADLINE_SPECS = (
     "mara",
     "hedge",
+    "hedge:predictor=flow+deadline",
     "hedge:miss_cost=1",
     "hedge:predictor=deadline",
     "hedge:predictor=flow",
@@ -110,7 +115,7 @@ DEFAULT_JOBS_EPISODES = 20
 # rounds of each of DAGGER_RECIPES in turn, the first from the last PPO stage.
 RECIPE = Path(__file__).resolve().parents[1] / "experiments" / "mara_hedge.yaml"
 PPO_RECIPES = (RECIPE.with_name("mara_hedge_group.yaml"),)
-DAGGER_STAGES = ("mara_hedge_jobs", "mara_plan_gap", "mara_miss_cost")
+DAGGER_STAGES = ("mara_hedge_jobs", "mara_plan_gap", "mara_miss_cost", "mara_task")
 DAGGER_RECIPES = tuple(RECIPE.with_name(f"{name}.yaml") for name in DAGGER_STAGES)
 # Beside each PPO stage's run: the SHA-256 of the weights the stage started from.
 ORIGIN = "init_weights.sha256"

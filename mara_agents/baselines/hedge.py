@@ -2,12 +2,18 @@
 
 A planner that decides, every tick, which present tasks to pursue and with how many nodes
 from the *distribution* of each task's remaining work, not from a point estimate.  The
-distribution (``predictor``) is by default the flow model's samples fused with what the
-task's deadline says about its size (:mod:`flow_predictor.deadline_prior`: users set
+distribution (``predictor``) is by default ``task``, the calibrated remaining-work model
+(:mod:`flow_predictor.task_work`): a network on everything a scheduler knows of a task
+(its window, family, cap, throughput, target, loss reports, what its deadline says about
+its size under the cluster's history, :mod:`flow_predictor.deadline_prior`, and the flow
+model's samples), recalibrated on the cluster's history and during the episode on the
+tasks that end.  ``task-no-flow`` is that pipeline without the flow model;
+``flow+deadline`` the flow model's samples fused with the deadline prior (users set
 deadlines from their own estimate of a job's size, so the deadline is a noisy size
-estimate from arrival on); ``flow`` is the flow model alone, ``deadline`` the deadline
-prior alone.  A deadline-informed distribution is read as ``quantiles`` (256) evenly spaced
-quantiles, so a chance is resolved to 1/256 (the flow model alone: its 32 draws).  Each
+estimate from arrival on; the default until the calibrated model); ``flow`` the flow
+model alone, ``deadline`` the deadline prior alone.  A distribution that reads the prior
+is read as ``quantiles`` (256) evenly spaced quantiles, so a chance is resolved to 1/256
+(the flow model alone: its 32 draws).  Each
 tick, for the active tasks in earliest-deadline order:
 
 1. **Explore.** A task the predictor cannot predict yet (``predictor=flow``: fewer than
@@ -89,7 +95,7 @@ from mara_env.schedulers import Scheduler, edf_order
 # (``task``; ``task-no-flow``: the same pipeline without the flow model), or each task's
 # exact remaining work.
 PREDICTORS = ("flow+deadline", "flow", "deadline", "task", "task-no-flow", EXACT)
-DEFAULT_PREDICTOR = "flow+deadline"
+DEFAULT_PREDICTOR = "task"
 # which of them read the deadline prior of the cluster's history, and which the flow model
 READS_PRIOR = frozenset({"flow+deadline", "deadline", "task", "task-no-flow"})
 READS_FLOW = frozenset({"flow+deadline", "flow", "task"})
@@ -123,9 +129,11 @@ class Predictions(Protocol):
 class Hedge(Scheduler):
     """The hedge planner (this module's docstring) as a scheduler.
 
-    ``predictor``: ``"flow+deadline"`` (default) or ``"flow"`` (the shipped flow checkpoint
-    with ``flow_share``'s sample count and refresh rule, fused with the deadline prior or
-    alone; needs the ``[predictor]`` extra), ``"deadline"`` (the deadline prior alone), or
+    ``predictor``: ``"task"`` (default) or ``"task-no-flow"`` (the shipped calibrated
+    remaining-work model, with or without the flow model's inputs), ``"flow+deadline"`` or
+    ``"flow"`` (the shipped flow checkpoint with ``flow_share``'s sample count and refresh
+    rule, fused with the deadline prior or alone; all but ``task-no-flow`` read the flow
+    model and need the ``[predictor]`` extra), ``"deadline"`` (the deadline prior alone), or
     ``"exact"`` (each task's exact remaining work: the same planner on a degenerate
     distribution).  ``prior``: the deadline prior, ``"cluster"`` (default: that of the
     cluster's own history, both shipped workloads' train tasks drawn under the episode's

@@ -5,7 +5,8 @@ its base policy: a teacher, not a scheduler to run online (it costs a few hundre
 hedge's planning per tick).  Each tick:
 
 1. **Hedge's plan** on the active tasks in deadline order, from the same remaining-work
-   distribution hedge plans with (``predictor``: the flow model fused with the deadline
+   distribution hedge plans with (``predictor``: by default hedge's, the calibrated
+   remaining-work model ``task``; ``task-no-flow``, the flow model fused with the deadline
    prior, or the prior alone; ``exact``, a reference no scheduler can run: each task's
    exact remaining work, so every world is the true one but for arrivals).
 2. **Candidates.** Hedge itself and up to ``candidates - 1`` alternatives, each hedge with
@@ -47,7 +48,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from mara_agents.baselines.hedge import Hedge
+from mara_agents.baselines.hedge import DEFAULT_PREDICTOR, Hedge
 from mara_agents.planning.history import ClusterHistory
 from mara_agents.planning.lookahead_rule import (
     Candidate,
@@ -91,7 +92,7 @@ class Lookahead(Scheduler):
         rollout_quantiles: int | None = None,
         margin: float | None = None,
         arrivals: str = "none",
-        predictor: str = "flow+deadline",
+        predictor: str = DEFAULT_PREDICTOR,
         **hedge: float | str,
     ) -> None:
         check_predictor("lookahead", predictor, PREDICTORS)

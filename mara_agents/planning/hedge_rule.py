@@ -29,7 +29,7 @@ class HedgeParams:
 
     confidence: float = 0.05  # a task is pursued only if some count has this chance
     flow_spread: float = 2.0  # flow+deadline: the flow model's log spread times this
-    quantiles: int = 256  # flow+deadline, deadline: evenly spaced quantiles the chances read
+    quantiles: int = 256  # task, flow+deadline, deadline: evenly spaced quantiles read
     urgency: float = 0.0  # a step's value: chance now less this times the chance after a wait
     # node-ticks a sample that misses the deadline is charged: this share of the time left
     # (1: its nodes held to the deadline; CLUSTER: the price tuned on the cluster's

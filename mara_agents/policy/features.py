@@ -15,7 +15,8 @@ scheduler, its *teacher*, named by a spec (``flow_share:quantile=0.9:slack=2:...
 
 With a ``hedge`` teacher the want is the share rule's with its defaults, and the teacher's
 ``quantiles`` and ``flow_spread`` also set how the ``flow+deadline`` predictions fuse the
-flow model with the deadline prior: every hedge knob is read from the one spec.  With
+flow model with the deadline prior (the ``task`` wrapper's calibrated model reads
+``quantiles`` alone): every hedge knob is read from the one spec.  With
 every active task visible (``num_slots >= num_nodes``) the plan is the teacher
 scheduler's own.  A policy file records the teacher's spec in one header line
 (:mod:`mara_agents.policy.policy_file`).
@@ -33,8 +34,9 @@ from pettingzoo import AECEnv
 from flow_predictor.deadline_prior import DeadlinePrior
 from flow_predictor.remaining import FLOW_SAMPLES, RemainingWorkPredictor
 from flow_predictor.wrapper import (
-    FLOW_DEADLINE,
     PREDICTION_FEATURES,
+    PRIOR_WRAPPERS,
+    TASK,
     PlanRows,
     PredictionSettings,
     PredictorFeatures,
@@ -157,10 +159,11 @@ HEDGE_TEACHER = TeacherPlan("hedge", FlowShareParams(), HedgeParams()).spec
 class FeatureSettings:
     """How a policy's added features are computed: its ``teacher`` (a spec of
     :data:`TEACHERS`, the one source of the plan's knobs), the flow samples per task
-    (``samples``, flow wrapper only) and, for the ``flow+deadline`` wrapper, the deadline
-    prior's log ratios (and log windows, where it has them).  A policy file records them
-    (header keys ``teacher``, ``flow_samples``, ``deadline_prior`` and ``deadline_windows``)
-    and acts with them."""
+    (``samples``, flow wrapper only) and, for the ``flow+deadline`` and ``task`` wrappers,
+    the deadline prior's log ratios (and log windows, where it has them) and whether the
+    calibrated remaining-work model reads them (``task_work``: the ``task`` wrapper).  A
+    policy file records them (header keys ``teacher``, ``flow_samples``, ``deadline_prior``
+    and ``deadline_windows``; ``task_work`` is its ``wrapper``) and acts with them."""
 
     teacher: str = SHARE_TEACHER
     samples: int = FLOW_SAMPLES
@@ -169,6 +172,9 @@ class FeatureSettings:
     # what a hedge teacher's miss_cost=cluster is on the cluster these settings are for
     # (:attr:`~mara_agents.planning.history.ClusterHistory.miss_cost`); None for others
     miss_cost: float | None = None
+    # the task wrapper: the calibrated remaining-work model reads the prior and the flow
+    # samples (:class:`~flow_predictor.wrapper.PredictionSettings`)
+    task_work: bool = False
     plan: TeacherPlan = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -178,6 +184,8 @@ class FeatureSettings:
                 f"teacher {self.teacher!r} with a deadline prior: expected a hedge teacher "
                 "(its quantiles and flow_spread fuse the prior with the flow model)"
             )
+        if self.task_work and not self.deadline_prior:
+            raise ValueError("task_work without a deadline prior: the model reads one")
         object.__setattr__(self, "teacher", plan.spec)
         tuned = plan.prices_by_cluster
         if tuned != (self.miss_cost is not None):
@@ -202,6 +210,7 @@ class FeatureSettings:
             self.deadline_windows,
             plan.hedge.quantiles,
             plan.hedge.flow_spread,
+            self.task_work,
         )
 
 
@@ -209,8 +218,8 @@ def feature_settings(
     wrapper: str, options: dict[str, Any] | None = None, history: ClusterHistory | None = None
 ) -> FeatureSettings | None:
     """The settings of ``wrapper``'s features built with ``options`` (None for ``none``):
-    ``flow`` and ``wls`` read flow_share's plan; ``flow+deadline`` hedge's (the spec of
-    ``options["teacher"]``, default :data:`HEDGE_TEACHER`), with the deadline prior of
+    ``flow`` and ``wls`` read flow_share's plan; ``flow+deadline`` and ``task`` hedge's (the
+    spec of ``options["teacher"]``, default :data:`HEDGE_TEACHER`), with the deadline prior of
     ``options["deadline_prior"]`` (a file), else that of the cluster's ``history`` (None:
     the default cluster's, the shipped files), and a ``miss_cost=cluster`` teacher's price
     on that history (:func:`history_fields`)."""
@@ -218,7 +227,7 @@ def feature_settings(
         return None
     options = options or {}
     samples = int(options.get("n_samples", FLOW_SAMPLES))
-    if wrapper != FLOW_DEADLINE:
+    if wrapper not in PRIOR_WRAPPERS:
         return FeatureSettings(SHARE_TEACHER, samples)
     history = history or ClusterHistory.of(ClusterConfig())
     if options.get("deadline_prior") is not None:
@@ -229,7 +238,11 @@ def feature_settings(
     if teacher.hedge is None:
         raise ValueError(f"wrapper {wrapper!r}: teacher {teacher.spec!r}; expected a hedge spec")
     return FeatureSettings(
-        teacher.spec, samples, **prior_fields(prior), **history_fields(teacher, history)
+        teacher.spec,
+        samples,
+        **prior_fields(prior),
+        **history_fields(teacher, history),
+        task_work=wrapper == TASK,
     )
 
 
@@ -270,11 +283,11 @@ def wrap(
     history: ClusterHistory | None = None,
 ) -> AECEnv:
     """``env`` with a policy's features per slot: ``flow`` (shipped model), ``flow+deadline``,
-    ``wls``, or ``none``; ``predictor``: the one :func:`policy_predictor` built for them
-    (else built now);
-    ``settings``: those of the features (default: :func:`feature_settings` of the options
-    on ``history``, else on that of ``env``'s cluster)."""
-    if settings is None and wrapper == FLOW_DEADLINE and history is None:
+    ``task``, ``wls``, or ``none``; ``predictor``: the one :func:`policy_predictor` built
+    for them (else built now); ``settings``: those of the features (default:
+    :func:`feature_settings` of the options on ``history``, else on that of ``env``'s
+    cluster)."""
+    if settings is None and wrapper in PRIOR_WRAPPERS and history is None:
         history = ClusterHistory.of(env.unwrapped.engine.config)
     settings = settings or feature_settings(wrapper, options, history)
     if predictor is None and settings is not None:

@@ -5,9 +5,9 @@ A policy file is ``torch.save`` of a plain dict (loaded with ``weights_only=True
     {"format": "mara-policy", "version": 3,
      "layout": {...ObsLayout...}, "model": {...ModelConfig...},
      "env": {...ClusterConfig the policy was trained on...},
-     "wrapper": "none" | "flow" | "flow+deadline" | "wls", "wrapper_options": {...},
+     "wrapper": "none" | "flow" | "flow+deadline" | "task" | "wls", "wrapper_options": {...},
      "state_dict": {...MaraNet weights...}, "source": "<where it came from>",
-     "predictor_sha256": "<flow checkpoint digest>" | None,
+     "predictor_sha256": "<flow checkpoint digest>[+<remaining-work model digest>]" | None,
      "teacher": "<the spec of the scheduler whose plan the features read>" | None,
      "flow_samples": <flow samples per task behind the features> | None,
      "deadline_prior": [...the deadline prior's log ratios...] | None,
@@ -42,7 +42,7 @@ import torch
 
 from flow_predictor.deadline_prior import DeadlinePrior
 from flow_predictor.remaining import FLOW_SAMPLES
-from flow_predictor.wrapper import FLOW_DEADLINE, WRAPPERS
+from flow_predictor.wrapper import FLOW_WRAPPERS, PRIOR_WRAPPERS, TASK, WRAPPERS
 from mara_agents.outputs import file_digest
 from mara_agents.planning.hedge_rule import HedgeParams
 from mara_agents.planning.history import ClusterHistory
@@ -66,10 +66,8 @@ FORMAT = "mara-policy"
 # 3: MaraNet encodes the slots once per round and adds the per-node features in its head
 # (v2 weights belong to the network that encoded the slots per node).
 VERSION = 3
-SHIPPED_POLICY = Path(__file__).parent / "shipped" / "mara_v16.pt"
+SHIPPED_POLICY = Path(__file__).parent / "shipped" / "mara_v17.pt"
 REQUIRED_KEYS = ("layout", "model", "wrapper", "state_dict")
-# the wrappers whose features come from the flow checkpoint (its digest is recorded)
-FLOW_WRAPPERS = ("flow", FLOW_DEADLINE)
 
 
 class PolicyFileError(ValueError):
@@ -115,12 +113,18 @@ def save_policy(
 
 
 def _predictor_digest(wrapper: str, options: dict[str, Any] | None) -> str | None:
-    """SHA-256 of the flow checkpoint the features come from (None without flow features)."""
+    """SHA-256 of the flow checkpoint the features come from (None without flow features),
+    and for the ``task`` wrapper that of the shipped remaining-work model after a ``+``."""
     if wrapper not in FLOW_WRAPPERS:
         return None
     from flow_predictor.checkpoint import SHIPPED_CHECKPOINT
 
-    return file_digest((options or {}).get("path") or SHIPPED_CHECKPOINT)
+    digest = file_digest((options or {}).get("path") or SHIPPED_CHECKPOINT)
+    if wrapper != TASK:
+        return digest
+    from flow_predictor.task_work import SHIPPED_TASK_WORK
+
+    return f"{digest}+{file_digest(SHIPPED_TASK_WORK)}"
 
 
 def feature_settings_of(path: str | Path, data: dict[str, Any]) -> FeatureSettings | None:
@@ -133,13 +137,14 @@ def feature_settings_of(path: str | Path, data: dict[str, Any]) -> FeatureSettin
     try:
         digest = _predictor_digest(wrapper, options)
     except OSError as exc:
-        raise PolicyFileError(f"{path}: its flow checkpoint cannot be read: {exc}") from None
+        raise PolicyFileError(f"{path}: its predictor's checkpoint cannot be read: {exc}") from None
     recorded = data.get("predictor_sha256")
     if digest is not None and recorded is not None and recorded != digest:
         raise PolicyFileError(
             f"{path}: trained with predictor_sha256={recorded!r}, but the flow checkpoint "
-            f"its wrapper_options name has {digest!r}; retrain the policy, or use the "
-            "predictor it was trained with"
+            f"its wrapper_options name (and, for wrapper={TASK!r}, the shipped remaining-work "
+            f"model) has {digest!r}; retrain the policy, or use the predictor it was trained "
+            "with"
         )
     samples = data.get("flow_samples") or int(options.get("n_samples", FLOW_SAMPLES))
     teacher = data.get("teacher") or teacher_of_old_header(path, data, samples)
@@ -156,7 +161,7 @@ def feature_settings_of(path: str | Path, data: dict[str, Any]) -> FeatureSettin
             f"{teacher or SHARE_TEACHER!r} and {samples} flow samples",
             stacklevel=3,
         )
-    if wrapper != FLOW_DEADLINE:
+    if wrapper not in PRIOR_WRAPPERS:
         return _settings(path, teacher or SHARE_TEACHER, samples, (), ())
     prior, windows = data.get("deadline_prior"), data.get("deadline_windows")
     try:  # a flow+deadline policy acts with the prior it was trained with
@@ -178,7 +183,8 @@ def feature_settings_of(path: str | Path, data: dict[str, Any]) -> FeatureSettin
             f"{path}: teacher {teacher!r} prices a miss by its cluster's history, but the "
             "file does not record the price it was trained with ('teacher_miss_cost')"
         )
-    return _settings(path, teacher, samples, **prior_fields(fitted), miss_cost=miss_cost)
+    fields_ = {**prior_fields(fitted), "miss_cost": miss_cost, "task_work": wrapper == TASK}
+    return _settings(path, teacher, samples, **fields_)
 
 
 def _prices_by_cluster(teacher: str) -> bool:
@@ -209,10 +215,13 @@ def _settings(
     deadline_prior: tuple[float, ...],
     deadline_windows: tuple[float, ...],
     miss_cost: float | None = None,
+    task_work: bool = False,
 ) -> FeatureSettings:
     """:class:`FeatureSettings` of a file's record, a defect of it a :class:`PolicyFileError`."""
     try:
-        return FeatureSettings(teacher, samples, deadline_prior, deadline_windows, miss_cost)
+        return FeatureSettings(
+            teacher, samples, deadline_prior, deadline_windows, miss_cost, task_work
+        )
     except (TypeError, ValueError) as exc:
         raise PolicyFileError(f"{path}: 'teacher' holds {teacher!r}: {exc}") from None
 

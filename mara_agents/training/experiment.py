@@ -7,9 +7,10 @@ they may come from a base file)::
     name: mara                # run name: the directory OUT/<name> (letters, digits, . _ -)
     seed: 0                   # RLlib seed (env runners derive theirs from it)
     env: {...}                # ClusterConfig keys (mara_env.config.ClusterConfig)
-    wrapper: flow             # none | flow | flow+deadline | wls: per-slot predictor features
+    wrapper: flow             # none | flow | flow+deadline | task | wls: per-slot predictor
+                              # features (task: the calibrated remaining-work model)
     wrapper_options: {...}    # keyword arguments of the predictor (FlowPredictor / WLSPredictor);
-                              # flow+deadline: also teacher (a hedge spec) and deadline_prior
+                              # flow+deadline, task: also teacher (a hedge spec), deadline_prior
     view: node                # node: one RLlib step per node decision (AEC env);
                               # round: one step per decision round of all nodes (RoundEnv)
     model: {...}              # ModelConfig keys (mara_agents.policy.network.ModelConfig)
@@ -45,7 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from flow_predictor.wrapper import FLOW_DEADLINE, WRAPPERS
+from flow_predictor.wrapper import PRIOR_WRAPPERS, WRAPPERS
 from mara_agents.planning.history import ClusterHistory
 from mara_agents.training.bases import read_with_bases
 from mara_agents.training.rules import (
@@ -200,7 +201,7 @@ class Experiment:
             "wrapper_options": self.wrapper_options,
         }
         history = self.history
-        if history is None and self.wrapper == FLOW_DEADLINE:  # its features read one
+        if history is None and self.wrapper in PRIOR_WRAPPERS:  # its features read one
             history = ClusterHistory.of(self.env)
         if history is not None:
             config["history"] = history
@@ -212,8 +213,9 @@ class Experiment:
 
     @property
     def teacher(self) -> str | None:
-        """The spec of the scheduler whose plan the features read (flow+deadline only)."""
-        if self.wrapper != FLOW_DEADLINE:
+        """The spec of the scheduler whose plan the features read (flow+deadline and task
+        only)."""
+        if self.wrapper not in PRIOR_WRAPPERS:
             return None
         from mara_agents.policy.features import HEDGE_TEACHER
 
@@ -448,14 +450,14 @@ def _wrapper_rules(wrapper: str) -> dict[str, Rule]:
         **rules_of(load_predictor, {}),
         **rules_of(FlowPredictor, WRAPPER_BOUNDS, skip=("net", "norm")),
     }
-    if wrapper == FLOW_DEADLINE:  # the deadline prior's file (default: the shipped one)
+    if wrapper in PRIOR_WRAPPERS:  # the deadline prior's file (default: the shipped one)
         rules["deadline_prior"] = Rule(lambda v: isinstance(v, str) and bool(v), "a file path")
         rules["teacher"] = Rule(_hedge_spec, "a hedge teacher spec (hedge:key=value...)")
     return rules
 
 
 def _hedge_spec(value: Any) -> bool:
-    """Whether ``value`` is the spec of a hedge teacher (the plan flow+deadline reads)."""
+    """Whether ``value`` is the spec of a hedge teacher (the plan flow+deadline and task read)."""
     from mara_agents.policy.features import TeacherPlan
 
     try:
@@ -465,16 +467,17 @@ def _hedge_spec(value: Any) -> bool:
 
 
 def _check_teacher_agrees(
-    cloned: Any, spec: str, wrapper_options: dict[str, Any], where: str
+    cloned: Any, spec: str, wrapper: str, wrapper_options: dict[str, Any], where: str
 ) -> None:
     """A hedge that the warm start clones and that plans on the features' own predictions
-    (``flow+deadline`` on the cluster's prior) is the features' teacher: the same knobs in
-    ``pretrain.scheduler`` and ``wrapper_options.teacher``, one spec grammar for both."""
+    (its ``predictor`` is the wrapper, on the cluster's prior) is the features' teacher: the
+    same knobs in ``pretrain.scheduler`` and ``wrapper_options.teacher``, one spec grammar
+    for both."""
     from mara_agents.planning.history import CLUSTER
     from mara_agents.policy.features import HEDGE_TEACHER, TeacherPlan
 
     teacher = wrapper_options.get("teacher", HEDGE_TEACHER)
-    own = getattr(cloned, "predictor", None) == FLOW_DEADLINE
+    own = getattr(cloned, "predictor", None) == wrapper
     if cloned.name != "hedge" or not own or cloned.prior_source != CLUSTER:
         return  # another planner labels (a privileged or a workload-prior teacher)
     if cloned.params != TeacherPlan.from_spec(teacher).hedge:
@@ -519,8 +522,8 @@ def parse_experiment(data: Any, where: str = "experiment") -> Experiment:
             raise ConfigError(
                 f"{where}: pretrain.scheduler={pretrain.scheduler!r}: {err}"
             ) from None
-        if wrapper == FLOW_DEADLINE:
-            _check_teacher_agrees(cloned, pretrain.scheduler, wrapper_options, where)
+        if wrapper in PRIOR_WRAPPERS:
+            _check_teacher_agrees(cloned, pretrain.scheduler, wrapper, wrapper_options, where)
     model = _section(_model_config(), data.get("model"), f"{where}: model")
     if model.attention_layers and model.hidden % model.heads:
         raise ConfigError(

@@ -77,8 +77,9 @@ def check_out(out: str | Path) -> Path:
 
 
 def experiment_record(exp: Experiment) -> dict[str, Any]:
-    """The experiment as plain YAML data (no file path): what a run records and compares."""
-    data = {k: v for k, v in dataclasses.asdict(exp).items() if k != "path"}
+    """The experiment as plain YAML data (no file path, nor the cluster's history the run
+    was handed: what its inputs' digests record): what a run records and compares."""
+    data = {k: v for k, v in dataclasses.asdict(exp).items() if k not in ("path", "history")}
     if not data["train_loads"]:  # runs recorded before the key existed compare equal
         del data["train_loads"]
     if not data["train_jobs"]:  # likewise

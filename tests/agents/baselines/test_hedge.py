@@ -29,7 +29,7 @@ from tests.agents.baselines.test_rival_baselines import episode_setup, hand_buil
 def test_registered() -> None:
     assert ALL_SCHEDULERS["hedge"] is Hedge
     assert make_scheduler("hedge:predictor=exact").predictor == "exact"
-    assert make_scheduler("hedge").predictor == "flow+deadline"
+    assert make_scheduler("hedge").predictor == "task"
     assert make_scheduler("hedge:predictor=flow").prior is None
     assert make_scheduler("hedge:predictor=exact:confidence=0.3").params.confidence == 0.3
     assert make_scheduler("hedge:predictor=exact:urgency=1").params.urgency == 1.0

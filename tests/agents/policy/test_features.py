@@ -10,7 +10,7 @@ import torch
 from flow_predictor.checkpoint import load_predictor
 from flow_predictor.remaining import FLOW_SAMPLES
 from flow_predictor.wls import WLSPredictor
-from flow_predictor.wrapper import FLOW_DEADLINE, PREDICTION_FEATURES, PredictorFeatures
+from flow_predictor.wrapper import FLOW_DEADLINE, PREDICTION_FEATURES, TASK, PredictorFeatures
 from mara_agents.planning.share_rule import confident_nodes
 from mara_agents.policy.features import ADDED_FEATURES, feature_settings
 from mara_env.cluster_env import CAP_SCALE, SLOT_FEATURES, env
@@ -97,20 +97,28 @@ def test_share_features_let_a_node_realise_flow_share_exactly():
 
 
 @pytest.mark.parametrize(
-    "teacher, spec",
-    [(None, "hedge"), ("hedge:miss_cost=1", "hedge:miss_cost=1")],
-    ids=["the default teacher: hedge's own", "a miss charged to the deadline"],
+    "wrapper, teacher, spec",
+    [
+        (TASK, None, "hedge"),
+        (FLOW_DEADLINE, None, "hedge:predictor=flow+deadline"),
+        (FLOW_DEADLINE, "hedge:miss_cost=1", "hedge:predictor=flow+deadline:miss_cost=1"),
+    ],
+    ids=[
+        "task: the default teacher, hedge's own",
+        "flow+deadline: hedge on the fused prior",
+        "flow+deadline: a miss charged to the deadline",
+    ],
 )
-def test_flow_deadline_features_fuse_the_prior_and_share_is_the_hedge_plan(teacher, spec):
-    """The ``flow+deadline`` wrapper: every slot is predicted from arrival on (the deadline
-    prior needs no report), and with every active task visible ``pred_share`` is the
-    count of the ``hedge`` scheduler its teacher spec names, exactly (the clone's teacher
-    and the feature agree)."""
+def test_prior_features_predict_from_arrival_and_share_is_the_hedge_plan(wrapper, teacher, spec):
+    """The ``task`` and ``flow+deadline`` wrappers: every slot is predicted from arrival on
+    (the deadline prior needs no report), and with every active task visible ``pred_share``
+    is the count of the ``hedge`` scheduler that plans on the same predictions with the
+    knobs its teacher spec names, exactly (the clone's teacher and the feature agree)."""
     from mara_agents.evaluation.registry import make_scheduler
     from mara_env.schedulers import SchedulerAgent
 
     k = SMALL["num_nodes"] * 2
-    settings = feature_settings(FLOW_DEADLINE, None if teacher is None else {"teacher": teacher})
+    settings = feature_settings(wrapper, None if teacher is None else {"teacher": teacher})
     assert settings.plan.hedge is not None and len(settings.deadline_prior) > 100
     e = PredictorFeatures(
         env(**{**SMALL, "num_slots": k, "load": 1.5, "horizon": 40}),

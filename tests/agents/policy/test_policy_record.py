@@ -167,7 +167,7 @@ def test_another_predictor_checkpoint_is_refused(tmp_path):
 def test_an_unreadable_recorded_checkpoint_is_refused(tmp_path):
     missing = tmp_path / "gone.pt"
     path = shipped_with(tmp_path, wrapper_options={"n_samples": 32, "path": str(missing)})
-    with pytest.raises(PolicyFileError, match="its flow checkpoint cannot be read"):
+    with pytest.raises(PolicyFileError, match="its predictor.s checkpoint cannot be read"):
         load_policy(path)
 
 

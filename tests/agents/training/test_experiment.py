@@ -504,3 +504,16 @@ def test_group_advantage_reaches_the_config_and_only_then_the_record() -> None:
     grouped["rllib"]["env_runners"]["num_envs_per_env_runner"] = 6
     with pytest.raises(ConfigError, match="group_size=4 does not divide.*per_env_runner=6"):
         build_config(parse_experiment(grouped))
+
+
+def test_a_run_handed_the_clusters_history_records_the_same_experiment() -> None:
+    """``mara train`` hands the run the cluster's history (arrays of its deadline prior):
+    the record holds the experiment, not the history, and reads as before."""
+    import dataclasses
+
+    from mara_agents.planning.history import ClusterHistory
+    from mara_agents.training.records import experiment_record
+
+    exp = parse_experiment({**MINIMAL, "view": "round"})
+    handed = dataclasses.replace(exp, history=ClusterHistory.of(exp.env))
+    assert experiment_record(handed) == experiment_record(exp)
