@@ -2,15 +2,17 @@
 
 How to run:   python benchmarks/prediction_sources.py [--split test] [--deadline-model padded]
                   [--episodes 6] [--loads 1.0,2.0] [--seed 0] [--csv PATH [--force]]
-Plays the harness's episodes (base seed ``--seed``, 16 nodes, the split's traces, deadlines
-drawn by ``--deadline-model``) with the ``hedge`` scheduler and, at every tick, asks each
-source for every active task's remaining-work samples, so that each source's cache
-refreshes as ``hedge``'s does: the flow model alone (``hedge:predictor=flow``), the
-deadline prior of the cluster's history alone (``predictor=deadline``), the two fused
-(``predictor=flow+deadline``, what the ``flow+deadline`` wrapper reads), the calibrated
-remaining-work model without the flow model's inputs (``predictor=task-no-flow``) and with
-them (``predictor=task``; :mod:`flow_predictor.task_work`).  ``fused`` names the source
-``hedge`` reads by default (:data:`~mara_agents.baselines.hedge.DEFAULT_PREDICTOR`).
+Plays the harness's episodes (base seed ``--seed``, 16 nodes, the split's traces,
+deadlines drawn by ``--deadline-model``) with the ``hedge`` scheduler on the fused
+distribution (:data:`DRIVER`, the states every table of docs/predictor.md was measured on)
+and, at every tick, asks each source for every active task's remaining-work samples, so
+that each source's cache refreshes as ``hedge``'s does: the flow model alone
+(``hedge:predictor=flow``), the deadline prior of the cluster's history alone
+(``predictor=deadline``), the two fused (``fused``: ``predictor=flow+deadline``, what the
+``flow+deadline`` wrapper reads and ``hedge``'s default before the calibrated model), the
+calibrated remaining-work model without the flow model's inputs
+(``predictor=task-no-flow``) and with them (``predictor=task``, ``hedge``'s default;
+:mod:`flow_predictor.task_work`).
 
 A task counts once at each report count in :data:`REPORTS`: at the first tick it is active
 with exactly that many loss reports (0 is its arrival, before any report).  A task that
@@ -34,7 +36,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from mara_agents.baselines.hedge import DEFAULT_PREDICTOR, Hedge
+from mara_agents.baselines.hedge import Hedge
 from mara_agents.evaluation.runner import episode_seed
 from mara_agents.outputs import OutputError, claim_file
 from mara_env.atomic import atomic_write
@@ -45,6 +47,10 @@ from mara_env.traces import load_traces
 
 REPORTS = (0, 1, 3, 10)
 SOURCES = ("flow", "deadline", "flow+deadline", "task-no-flow", "task")
+# the predictor whose source is named "fused" (the flow model fused with the deadline
+# prior), and the one the episodes are played with
+FUSED = "flow+deadline"
+DRIVER = FUSED
 COLUMNS = (
     "family",
     "source",
@@ -62,13 +68,13 @@ _LOG_NEVER = 50.0
 
 def make_sources(sim: ClusterSim) -> dict[str, Any]:
     """Every source by name (each ``hedge:predictor=NAME``'s predictions, with its own
-    caches), on the cluster history of ``sim``'s cluster; ``fused``: the one hedge reads by
-    default, under that name."""
+    caches), on the cluster history of ``sim``'s cluster; :data:`FUSED`'s under the name
+    ``fused``."""
     sources = {}
     for name in SOURCES:
         hedge = Hedge(predictor=name, miss_cost=1.0)  # (the price never reaches a prediction)
         hedge.reset(sim, np.random.default_rng(0))
-        sources["fused" if name == DEFAULT_PREDICTOR else name] = hedge._predictions
+        sources["fused" if name == FUSED else name] = hedge._predictions
     return sources
 
 
@@ -130,7 +136,8 @@ def measure(
 
 
 def play(args: argparse.Namespace) -> pd.DataFrame:
-    """The rows of :func:`measure` over the episodes ``args`` names, played with hedge."""
+    """The rows of :func:`measure` over the episodes ``args`` names, played with hedge on
+    :data:`DRIVER`'s predictions."""
     traces = load_traces(split=args.split)
     rows: list[tuple] = []
     for load in args.loads:
@@ -138,7 +145,7 @@ def play(args: argparse.Namespace) -> pd.DataFrame:
         sources = make_sources(ClusterSim(config, traces))
         for i in range(args.episodes):
             seed = episode_seed(args.seed, load, i)
-            sim, hedge = ClusterSim(config, traces), Hedge()
+            sim, hedge = ClusterSim(config, traces), Hedge(predictor=DRIVER)
             sim.reset(np.random.default_rng(seed))
             hedge.reset(sim, np.random.default_rng([seed, 1]))
             for source in sources.values():
@@ -162,7 +169,7 @@ def summarise(rows: pd.DataFrame) -> pd.DataFrame:
         rows[column] = rows[column].astype(float).where(rows["known"])
     families = [*sorted(set(rows["family"]) - {"all"}), "all"]
     rows["family"] = pd.Categorical(rows["family"], families, ordered=True)
-    names = ["fused" if v == DEFAULT_PREDICTOR else v for v in SOURCES]
+    names = ["fused" if v == FUSED else v for v in SOURCES]
     rows["source"] = pd.Categorical(rows["source"], names, ordered=True)
     table = rows.groupby(["family", "source", "reports"], observed=True).agg(
         predicted=("known", "mean"),

@@ -6,9 +6,9 @@ episodes (env v3's default padded deadlines), then on replayed test days of a cl
 job trace (--jobs, the shipped Philly trace by default), and writes OUT/summary.md, CSVs,
 plots (completion vs load, predictor error vs prefix fraction, an example episode's
 allocation) and TensorBoard logs (docs/reproduce.md says how long it takes: about 6
-minutes on 2 cores).  --all runs every table of docs/results.md instead: all 20
-schedulers, and ten of them also under the unbiased and blind deadline models (about 20
-minutes on 2 cores).  --full first retrains the predictor and the shipped policy's recipe
+minutes on 2 cores).  --all runs every table of docs/results.md instead: all 22
+schedulers, and eleven of them also under the unbiased and blind deadline models (about
+30 minutes on 2 cores).  --full first retrains the predictor and the shipped policy's recipe
 from the experiment YAMLs (behaviour cloning of the hedge planner, a PPO stage, DAgger
 stages; hours on 2 cores; needs the rllib extra; resumable stage by stage) and evaluates
 the retrained policy too.
@@ -69,8 +69,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--all",
         action="store_true",
         help="every table of docs/results.md: all its schedulers (unless --schedulers), and "
-        "the deadline-model table (ten of them under the unbiased and blind deadline "
-        "models too, on the same seeds); about 20 minutes on 2 cores",
+        "the deadline-model table (eleven of them under the unbiased and blind deadline "
+        "models too, on the same seeds); about 30 minutes on 2 cores",
     )
     parser.add_argument(
         "--workers", type=int, default=None, help="worker processes (default: all cores)"
