@@ -31,7 +31,10 @@ allocation.  The gaps are computed from the observation, exactly for caps up to
 
 :meth:`MaraNet.logits` is the node-by-node view (one flat observation per row, as the AEC
 env shows it); :mod:`mara_agents.policy.rounds` decodes a whole round with one ``encode``.  The
-critic is a separate small network on the global ``state``.
+critic is a separate small network on the global ``state``.  In training it may also read
+*privileged* columns that the actor never sees (``privileged``: per slot and of the queue,
+:mod:`mara_agents.training.privileged`); :meth:`MaraNet.without_privileged` is the network a
+policy file holds, whose critic reads none.
 
 Torch only (no ray): :mod:`mara_agents.policy.inference` runs it from a policy file, and
 :mod:`mara_agents.training.rl_module` adapts it to RLlib for training.
@@ -212,9 +215,13 @@ class RoundEncoding(NamedTuple):
 class MaraNet(nn.Module):
     """Actor (slot logits + idle logit) and centralized critic; plain torch."""
 
-    def __init__(self, layout: ObsLayout, config: ModelConfig) -> None:
+    def __init__(
+        self, layout: ObsLayout, config: ModelConfig, privileged: tuple[int, int] = (0, 0)
+    ) -> None:
         super().__init__()
         self.layout, self.config = layout, config
+        # the critic's privileged columns (per slot, of the queue): training only
+        self.privileged = privileged
         h = config.hidden
         per_node = [SLOT_FEATURES.index(f) for f in PER_NODE_FEATURES]
         shared = [i for i in range(layout.slot_dim) if i not in per_node]
@@ -243,8 +250,9 @@ class MaraNet(nn.Module):
         self.idle_context = nn.Linear(h, h, bias=False)
         self.idle_out = nn.Linear(h, 1)
         c = config.critic_hidden
-        self.critic_slot = _mlp(layout.slot_dim, c, c)
-        self.critic_head = _mlp(layout.node_dim + layout.state_extra + 2 * c, c, 1)
+        slot_extra, queue_extra = privileged
+        self.critic_slot = _mlp(layout.slot_dim + slot_extra, c, c)
+        self.critic_head = _mlp(layout.node_dim + layout.state_extra + 2 * c + queue_extra, c, 1)
 
     def critic_parameters(self) -> list[nn.Parameter]:
         """The centralized critic's parameters (every other one is the actor's)."""
@@ -307,19 +315,39 @@ class MaraNet(nn.Module):
         score_slot = self.score_slot(h[rounds, slots])
         return RoundEncoding(h, score_slot, self.idle_pooled(pooled), rounds, slots, plan)
 
+    def _added_columns(self) -> dict[str, int]:
+        """The input columns this network's first layers add at their end to those of the
+        same network without ``plan_gap`` and without privileged columns, by weight."""
+        slot_extra, queue_extra = self.privileged
+        return {
+            "score_per_node.weight": 2 * self.config.plan_gap,
+            "critic_slot.0.weight": slot_extra,
+            "critic_head.0.weight": queue_extra,
+        }
+
     def warm_start(self, state: dict[str, torch.Tensor]) -> None:
-        """Load ``state``, a state dict of this architecture or, for a ``plan_gap``
-        network, of the same one without it: the scorer's gap columns then start at 0,
-        so the network acts as the source did until it is trained."""
-        key = "score_per_node.weight"
-        mine, theirs = self.score_per_node.weight, state.get(key)
-        if (
-            self.config.plan_gap
-            and theirs is not None
-            and theirs.shape[1] == len(PER_NODE_FEATURES)
-        ):
-            state = {**state, key: torch.cat([theirs, mine.new_zeros(len(mine), 2)], 1)}
+        """Load ``state``, a state dict of this architecture or of the same one without
+        ``plan_gap`` or without the critic's privileged columns: their weights then start
+        at 0, so the network acts and values as the source did until it is trained."""
+        state, own = dict(state), self.state_dict()
+        for key, added in self._added_columns().items():
+            theirs = state.get(key)
+            if added and theirs is not None and theirs.shape[1] == own[key].shape[1] - added:
+                state[key] = torch.cat([theirs, theirs.new_zeros(len(theirs), added)], 1)
         self.load_state_dict(state)
+
+    def without_privileged(self) -> MaraNet:
+        """This network without the critic's privileged columns (what a policy file
+        holds): the actor unchanged, the critic's weights of those columns dropped, so it
+        reads only the ``state`` (its values are then not a fitted critic's: a run that
+        starts from it fits its critic in the warm-up)."""
+        net = MaraNet(self.layout, self.config)
+        state = self.state_dict()
+        for key, added in self._added_columns().items():
+            if added and key.startswith("critic"):
+                state[key] = state[key][:, :-added]
+        net.load_state_dict(state)
+        return net
 
     def encode_nodes(self, node: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Node rows ``(B, M, node_dim)`` as the scorer's and idle head's node terms."""
@@ -387,10 +415,25 @@ class MaraNet(nn.Module):
             :, 0
         ]
 
-    def value(self, state: torch.Tensor) -> torch.Tensor:
-        """Value ``(B,)`` of global states ``(B, D + 4)``: expected remaining team return."""
+    def value(
+        self,
+        state: torch.Tensor,
+        privileged: tuple[torch.Tensor, torch.Tensor] | None = None,
+    ) -> torch.Tensor:
+        """Value ``(B,)`` of global states ``(B, D + 4)``: expected remaining team return;
+        ``privileged``: the critic's privileged columns ``(B, K, P)`` and ``(B, Q)``, which
+        a network built with them needs."""
         lay = self.layout
         node, slots = self._split(state)
+        extra: list[torch.Tensor] = []
+        if self.privileged != (0, 0):
+            if privileged is None:
+                raise ModelError(
+                    f"the critic reads {self.privileged} privileged columns (per slot, queue); "
+                    "expected them with the state"
+                )
+            slots = torch.cat([slots, privileged[0]], -1)
+            extra = [privileged[1]]
         occupied = slots[..., lay.occupied_index] > 0.5
         occ = occupied.float()[..., None]
         # only the occupied slots are embedded: both pools give the others no weight
@@ -398,7 +441,7 @@ class MaraNet(nn.Module):
         e = e.new_zeros(*occupied.shape, e.shape[-1]).index_put((occupied,), e)
         mean = (occ * e).sum(-2) / (occ.sum(-2) + 1e-6)
         mx = torch.where(occ > 0, e, torch.full_like(e, EMPTY_SLOT_SCORE)).amax(-2).clamp(min=-1.0)
-        x = torch.cat([node, state[..., lay.obs_dim :], mean, mx], -1)
+        x = torch.cat([node, state[..., lay.obs_dim :], mean, mx, *extra], -1)
         return self.critic_head(x).squeeze(-1) * self.config.value_scale
 
     def forward(self, obs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

@@ -214,10 +214,13 @@ def teacher_forced_logits(net: MaraNet, obs: Obs, actions: torch.Tensor) -> torc
     return net.head(enc, net.encode_nodes(obs["nodes"]), feats, mask)
 
 
-def round_value(net: MaraNet, obs: Obs) -> torch.Tensor:
-    """The critic's value ``(B,)`` of each round: the global state before anyone chose."""
+def round_value(
+    net: MaraNet, obs: Obs, privileged: tuple[torch.Tensor, torch.Tensor] | None = None
+) -> torch.Tensor:
+    """The critic's value ``(B,)`` of each round: the global state before anyone chose
+    (and the critic's ``privileged`` columns, where it reads some)."""
     one_hot, pending = served(obs, net.layout.num_slots)
     zero = torch.zeros_like(pending)[:, None]
     feats, _ = per_node_features(obs, one_hot[:, :1], zero, pending[:, None])
     flat = flat_views(obs, feats, net.layout)[:, 0]
-    return net.value(torch.cat([flat, obs["queue"]], -1))
+    return net.value(torch.cat([flat, obs["queue"]], -1), privileged)

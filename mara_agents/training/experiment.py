@@ -24,6 +24,8 @@ they may come from a base file)::
                               # synthetic one; a jobs table as env.jobs), crossed with the loads
     advantage: {...}          # AdvantageConfig keys: PPO's advantage estimator (round view)
     warmup: {...}             # WarmupConfig keys: critic-only steps, then the actor's lr ramp
+    critic: {...}             # CriticConfig keys: privileged columns only the critic reads
+                              # (round view; training only: policy files hold none)
 
 With ``base``, the file's mappings are merged key by key into the base's (chains of bases
 work); any other value, ``null`` included, replaces the base's (``null``: the default).
@@ -49,6 +51,7 @@ from typing import Any
 from flow_predictor.wrapper import PRIOR_WRAPPERS, WRAPPERS
 from mara_agents.planning.history import ClusterHistory
 from mara_agents.training.bases import read_with_bases
+from mara_agents.training.privileged import PRIVILEGED_FEATURES
 from mara_agents.training.rules import (
     ANY,
     BOOL,
@@ -158,6 +161,17 @@ class WarmupConfig:
 
 
 @dataclass(frozen=True)
+class CriticConfig:
+    """What PPO's critic reads besides the global ``state``: ``privileged``, names of
+    :data:`~mara_agents.training.privileged.PRIVILEGED_FEATURES` (``remaining_work``: each
+    visible task's exact remaining work; ``arrivals_ahead``: the load arriving in the next
+    ticks), which the simulator knows and the actor never sees
+    (:mod:`mara_agents.training.privileged`; round view).  Empty (default): none."""
+
+    privileged: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class CheckpointConfig:
     """How often Tune checkpoints (training iterations) and how many it keeps."""
 
@@ -187,6 +201,7 @@ class Experiment:
     train_jobs: tuple[str | None, ...] = ()
     advantage: AdvantageConfig = AdvantageConfig()
     warmup: WarmupConfig = WarmupConfig()
+    critic: CriticConfig = CriticConfig()
     path: str | None = None
     # the cluster's history, built once by whoever starts the run (``mara train``) and
     # handed to every env runner and teacher; None: read from ``env`` where one is read
@@ -209,6 +224,8 @@ class Experiment:
             config["loads"] = list(self.train_loads)
         if self.train_jobs:
             config["jobs"] = list(self.train_jobs)
+        if self.critic.privileged:
+            config["privileged"] = list(self.critic.privileged)
         return config
 
     @property
@@ -273,6 +290,16 @@ ADVANTAGE_BOUNDS = {
     "group_size": Rule(lambda v: is_int(v) and v >= 2, "an integer >= 2"),
 }
 WARMUP_BOUNDS = {"critic_steps": COUNT, "actor_ramp_steps": COUNT}
+CRITIC_BOUNDS = {
+    "privileged": Rule(
+        lambda v: (
+            isinstance(v, list)
+            and all(x in PRIVILEGED_FEATURES for x in v)
+            and len(set(v)) == len(v)
+        ),
+        f"a list of distinct names among {list(PRIVILEGED_FEATURES)}",
+    )
+}
 WRAPPER_BOUNDS = {"n_samples": POSITIVE_INT, "steps": POSITIVE_INT, "spread": POSITIVE}
 # The PPOConfig overrides whose valid range we know; other keys get the type of their default.
 RLLIB_RULES: dict[str, dict[str, Rule]] = {
@@ -315,6 +342,7 @@ def _section_rules() -> dict[str, dict[str, Rule]]:
         "checkpoint": rules_of(CheckpointConfig, CHECKPOINT_BOUNDS),
         "advantage": rules_of(AdvantageConfig, ADVANTAGE_BOUNDS),
         "warmup": rules_of(WarmupConfig, WARMUP_BOUNDS),
+        "critic": rules_of(CriticConfig, CRITIC_BOUNDS),
         "stop": {k: POSITIVE for k in STOP_KEYS},
     }
 
@@ -333,6 +361,7 @@ TOP_LEVEL: dict[str, Rule] = {
     "checkpoint": MAPPING | NULL,
     "advantage": MAPPING | NULL,
     "warmup": MAPPING | NULL,
+    "critic": MAPPING | NULL,
     "train_loads": Rule(
         lambda v: (
             v is None
@@ -563,6 +592,12 @@ def parse_experiment(data: Any, where: str = "experiment") -> Experiment:
             "expected view 'round' "
             "(groups of envs share a workload round by round)"
         )
+    critic = _section(CriticConfig, data.get("critic"), f"{where}: critic")
+    if critic.privileged and view != "round":
+        raise ConfigError(
+            f"{where}: critic.privileged={list(critic.privileged)} with view={view!r}: "
+            "expected view 'round' (the round env carries the critic's privileged columns)"
+        )
     return Experiment(
         name=data["name"],
         env=env,
@@ -579,6 +614,7 @@ def parse_experiment(data: Any, where: str = "experiment") -> Experiment:
         train_jobs=train_jobs,
         advantage=advantage,
         warmup=_section(WarmupConfig, data.get("warmup"), f"{where}: warmup"),
+        critic=critic,
     )
 
 

@@ -18,6 +18,7 @@ from ray.rllib.core import DEFAULT_MODULE_ID
 from mara_agents.policy.network import MaraNet, ObsLayout, model_config_from
 from mara_agents.policy.policy_file import save_policy
 from mara_agents.training.experiment import Experiment
+from mara_agents.training.privileged import privileged_widths
 from mara_agents.training.rl_module import SHARED_MODULE_ID, round_layout
 from mara_env.engine import QUEUE_FEATURES
 
@@ -118,18 +119,20 @@ def export_checkpoint(checkpoint: str | Path, out: str | Path) -> Path:
 
     space, spaces, kwargs = _read(mdir / "class_and_ctor_args.pkl", module_args)
     state = _read(mdir / "module_state.pkl", lambda blob: dict(blob.items()))
+    privileged = (0, 0)
     if "nodes" in spaces:  # the round view (MaraRoundModule)
-        layout = round_layout(space)
+        layout, privileged = round_layout(space), privileged_widths(space)
     else:
         layout = ObsLayout.infer(
             space["observation"].shape[0], space["state"].shape[0], int(kwargs["action_space"].n)
         )
     config = model_config_from(kwargs["model_config"])
-    net = MaraNet(layout, config)
+    net = MaraNet(layout, config, privileged)
     net.load_state_dict(
         {k.removeprefix("net."): torch.as_tensor(np.asarray(v)) for k, v in state.items()}
     )
-    return save_policy(net, out, _env_of(checkpoint), source=str(checkpoint))
+    # a privileged critic stays with training: the file holds what acting reads
+    return save_policy(net.without_privileged(), out, _env_of(checkpoint), source=str(checkpoint))
 
 
 def warm_start_state(weights: str | Path) -> dict[str, torch.Tensor]:

@@ -10,7 +10,12 @@ from typing import Any
 import yaml
 
 from mara_agents.outputs import INPUTS, input_digests, output_dir_problem
-from mara_agents.training.experiment import AdvantageConfig, Experiment, WarmupConfig
+from mara_agents.training.experiment import (
+    AdvantageConfig,
+    CriticConfig,
+    Experiment,
+    WarmupConfig,
+)
 from mara_env.config import ConfigError
 
 # The record of the experiment a run was started with, inside its directory.
@@ -88,6 +93,8 @@ def experiment_record(exp: Experiment) -> dict[str, Any]:
         del data["advantage"]
     if data["warmup"] == dataclasses.asdict(WarmupConfig()):  # likewise
         del data["warmup"]
+    if data["critic"] == dataclasses.asdict(CriticConfig()):  # likewise
+        del data["critic"]
     if data["env"]["jobs"] is None and "train_jobs" not in data:  # likewise: unused then
         for key in [k for k in data["env"] if k.startswith("jobs")]:
             del data["env"][key]

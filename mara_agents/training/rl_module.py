@@ -34,14 +34,19 @@ from ray.rllib.core.rl_module.torch import TorchRLModule
 from mara_agents.policy.network import MaraNet, ObsLayout, model_config_from
 from mara_agents.policy.policy_file import warm_start_weights
 from mara_agents.policy.rounds import decode, round_value, teacher_forced_logits
+from mara_agents.training.privileged import critic_inputs, privileged_widths
 
 SHARED_MODULE_ID = "shared"
 
 
-def _build_net(module: TorchRLModule, layout: ObsLayout) -> MaraNet:
-    """The module's network; ``model_config["init_weights"]``: a state dict or policy file
-    to load (:func:`~mara_agents.policy.policy_file.warm_start_weights`)."""
-    net = MaraNet(layout, model_config_from(module.model_config))
+def _build_net(
+    module: TorchRLModule, layout: ObsLayout, privileged: tuple[int, int] = (0, 0)
+) -> MaraNet:
+    """The module's network (its critic reading ``privileged`` columns);
+    ``model_config["init_weights"]``: a state dict or policy file to load
+    (:func:`~mara_agents.policy.policy_file.warm_start_weights`; the privileged columns'
+    weights start at 0 where it has none)."""
+    net = MaraNet(layout, model_config_from(module.model_config), privileged)
     init = (module.model_config or {}).get("init_weights")
     if init:
         net.warm_start(warm_start_weights(init))
@@ -124,14 +129,16 @@ class MaraRoundModule(TorchRLModule, ValueFunctionAPI):
     ``ACTION_DIST_INPUTS`` ``(B, N * (K + 1))``: node ``i``'s masked logits given the
     actions of nodes ``< i``, read by :class:`RoundDistribution` (whose log-prob of the
     round's actions is then that same sum).  The critic reads the round's global state
-    (node 0's, before anyone chose) once per round.  ``model_config`` as
-    :class:`MaraRLModule`'s.
+    (node 0's, before anyone chose) once per round, and the privileged columns of a
+    :class:`~mara_agents.training.privileged.PrivilegedRoundEnv` where the observation
+    holds them (the actor never reads them).  ``model_config`` as :class:`MaraRLModule`'s.
     """
 
     def setup(self) -> None:
         self.layout = round_layout(self.observation_space)
         self.num_nodes = self.observation_space["nodes"].shape[0]
-        self.net = _build_net(self, self.layout)
+        privileged = privileged_widths(self.observation_space)
+        self.net = _build_net(self, self.layout, privileged)
         self._dist_cls = RoundDistribution.get_partial_dist_cls(num_nodes=self.num_nodes)
 
     def get_inference_action_dist_cls(self) -> type:
@@ -160,4 +167,5 @@ class MaraRoundModule(TorchRLModule, ValueFunctionAPI):
         return {Columns.ACTION_DIST_INPUTS: logits.flatten(1)}
 
     def compute_values(self, batch: dict[str, Any], embeddings: Any = None) -> torch.Tensor:
-        return round_value(self.net, batch[Columns.OBS])
+        obs = batch[Columns.OBS]
+        return round_value(self.net, obs, critic_inputs(obs))

@@ -11,7 +11,9 @@ predictor observation wrapper, :func:`mara_agents.policy.features.wrap`) to RLli
   ``env_config["loads"]`` or ``env_config["jobs"]`` (an experiment's ``train_loads`` and
   ``train_jobs``) it is a :class:`MixedRoundEnv` whose episodes cycle through those loads
   and workloads (both in ``mara_env.round_env``; the
-  wrapped AEC env comes from :func:`mara_agents.policy.features.make_wrapped_env`).
+  wrapped AEC env comes from :func:`mara_agents.policy.features.make_wrapped_env`).  With
+  ``env_config["privileged"]`` (an experiment's ``critic.privileged``) each round env is a
+  :class:`~mara_agents.training.privileged.PrivilegedRoundEnv`: the critic's columns too.
 
 An env runner with :data:`VECTOR_MODE` (``config.env_runners(gym_env_vectorize_mode=...)``)
 asks the round creator for all its envs at once (``env_config["num_envs"]``) and gets a
@@ -33,6 +35,7 @@ from ray.tune.registry import register_env
 
 from flow_predictor.wrapper import features_together
 from mara_agents.policy.features import make_wrapped_env, policy_predictor
+from mara_agents.training.privileged import PrivilegedRoundEnv
 from mara_env import ENV_ID
 from mara_env.round_env import MixedRoundEnv, RoundEnv
 
@@ -48,12 +51,20 @@ def env_creator(env_config: dict[str, Any]) -> PettingZooEnv:
 
 def _round_env(config: dict[str, Any], predictor: Any) -> RoundEnv | MixedRoundEnv:
     """One round env of ``config`` (its loads and workloads taking turns), wrapped with
-    ``predictor``."""
+    ``predictor``; with ``config["privileged"]`` (feature names) its observations hold the
+    critic's privileged columns too (:class:`PrivilegedRoundEnv`)."""
     loads = config.pop("loads", None)
     workloads = config.pop("jobs", None)
     mode = config.pop("render_mode", None)
+    privileged = tuple(config.pop("privileged", None) or ())
+
+    def rounds(aec: Any) -> RoundEnv:
+        if privileged:
+            return PrivilegedRoundEnv(aec, privileged, render_mode=mode)
+        return RoundEnv(aec, render_mode=mode)
+
     if not loads and not workloads:
-        return RoundEnv(make_wrapped_env(config, predictor), render_mode=mode)
+        return rounds(make_wrapped_env(config, predictor))
     # each env's changes to the cluster config: a load, then a workload, in turn
     mix = [{"load": float(load)} for load in loads] if loads else [{}]
     if workloads:
@@ -61,8 +72,7 @@ def _round_env(config: dict[str, Any], predictor: Any) -> RoundEnv | MixedRoundE
     envs = []
     for change in mix:
         cluster = {**config.get("cluster", {}), **change}
-        aec = make_wrapped_env({**config, "cluster": cluster}, predictor)
-        envs.append(RoundEnv(aec, render_mode=mode))
+        envs.append(rounds(make_wrapped_env({**config, "cluster": cluster}, predictor)))
     return MixedRoundEnv(envs)
 
 
