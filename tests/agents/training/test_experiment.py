@@ -482,6 +482,25 @@ def test_train_loads_reach_the_env_config_and_only_then_the_record() -> None:
     assert record["train_jobs"] == [None, "philly"] and "jobs_hours" in record["env"]
 
 
+def test_privileged_critic_reaches_the_env_config_and_only_then_the_record() -> None:
+    """critic.privileged reaches the round env (env_config) and the run's record; the
+    cluster's history, built for the run, is no part of the record (its inputs are)."""
+    from dataclasses import replace
+
+    from mara_agents.planning.history import ClusterHistory
+    from mara_agents.training.records import experiment_record
+
+    plain = parse_experiment({**MINIMAL, "view": "round"})
+    assert "privileged" not in plain.env_config() and "critic" not in experiment_record(plain)
+    critic = parse_experiment(
+        {**MINIMAL, "view": "round", "critic": {"privileged": ["remaining_work"]}}
+    )
+    assert critic.env_config()["privileged"] == ["remaining_work"]
+    assert experiment_record(critic)["critic"] == {"privileged": ["remaining_work"]}
+    with_history = replace(plain, history=ClusterHistory.of(plain.env))
+    assert experiment_record(with_history) == experiment_record(plain)
+
+
 def test_group_advantage_reaches_the_config_and_only_then_the_record() -> None:
     from mara_agents.training.group import GroupedEnvRunner, group_size
     from mara_agents.training.learner import MaraPPOLearner
