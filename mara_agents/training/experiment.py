@@ -149,15 +149,19 @@ class WarmupConfig:
     """PPO's start from a warm policy (:mod:`mara_agents.training.learner`): for
     ``critic_steps`` env steps sampled (decision rounds in the round view) only the critic
     learns, then the actor's learning rate rises linearly from 0 to ``rllib.training.lr``
-    over ``actor_ramp_steps``.  Both 0 (default): one optimizer, full rate from the start."""
+    over ``actor_ramp_steps``; the critic learns at ``critic_lr`` throughout (None:
+    ``rllib.training.lr``).  All unset (default): one optimizer, full rate from the start."""
 
     critic_steps: int = 0
     actor_ramp_steps: int = 0
+    # a critic with new inputs (critic.privileged, whose weights start at 0) learns to read
+    # them within a warm-up only at a rate well above a fine-tuned actor's
+    critic_lr: float | None = None
 
     @property
     def active(self) -> bool:
-        """Whether the actor starts below the full learning rate."""
-        return bool(self.critic_steps or self.actor_ramp_steps)
+        """Whether the actor and the critic get an optimizer each."""
+        return bool(self.critic_steps or self.actor_ramp_steps or self.critic_lr is not None)
 
 
 @dataclass(frozen=True)
@@ -289,7 +293,7 @@ ADVANTAGE_BOUNDS = {
     "estimator": one_of(ESTIMATORS),
     "group_size": Rule(lambda v: is_int(v) and v >= 2, "an integer >= 2"),
 }
-WARMUP_BOUNDS = {"critic_steps": COUNT, "actor_ramp_steps": COUNT}
+WARMUP_BOUNDS = {"critic_steps": COUNT, "actor_ramp_steps": COUNT, "critic_lr": POSITIVE | NULL}
 CRITIC_BOUNDS = {
     "privileged": Rule(
         lambda v: (

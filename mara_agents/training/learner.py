@@ -10,8 +10,9 @@
   critic get one Adam each: the critic's learning rate is ``rllib.training.lr`` from the
   start, the actor's is 0 for the first ``C`` env steps sampled (RLlib's lifetime count:
   decision rounds in the round view) and then rises linearly to ``lr`` over the next
-  ``R`` (PIRLNav, Ramrakhya et al. 2023).  With both 0 (the default) the learner has
-  RLlib's one optimizer, as before the section existed.
+  ``R`` (PIRLNav, Ramrakhya et al. 2023).  ``critic_lr`` sets the critic's rate apart (a
+  privileged critic's new inputs start at weight 0).  With all unset (the default) the
+  learner has RLlib's one optimizer, as before the section existed.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from mara_agents.training.group import (
 )
 
 # learner_config_dict keys of the warm-up (env steps sampled, lifetime)
-CRITIC_STEPS_KEY, ACTOR_RAMP_KEY = "critic_steps", "actor_ramp_steps"
+CRITIC_STEPS_KEY, ACTOR_RAMP_KEY, CRITIC_LR_KEY = "critic_steps", "actor_ramp_steps", "critic_lr"
 ACTOR, CRITIC = "actor", "critic"  # the optimizers' names (learners/<module>/<name>_learning_rate)
 
 
@@ -51,6 +52,16 @@ def warmup_of(config: Any) -> tuple[int, int]:
     return int(extra.get(CRITIC_STEPS_KEY, 0)), int(extra.get(ACTOR_RAMP_KEY, 0))
 
 
+def critic_lr_of(config: Any) -> Any:
+    """The critic's learning rate an algorithm config asks for (``warmup.critic_lr``, else
+    ``lr``); None where the actor and critic share RLlib's one optimizer."""
+    critic_steps, ramp_steps = warmup_of(config)
+    extra = config.learner_config_dict or {}
+    if not (critic_steps or ramp_steps or CRITIC_LR_KEY in extra):
+        return None
+    return extra.get(CRITIC_LR_KEY, config.lr)
+
+
 class MaraPPOLearner(PPOTorchLearner):
     """RLlib's PPO learner with group-relative advantages and the actor's warm-up (module
     doc), each only when the config asks for it (``learner_config_dict``)."""
@@ -68,7 +79,8 @@ class MaraPPOLearner(PPOTorchLearner):
 
     def configure_optimizers_for_module(self, module_id: Any, config: Any = None) -> None:
         critic_steps, ramp_steps = warmup_of(config)
-        if not (critic_steps or ramp_steps):
+        critic_lr = critic_lr_of(config)
+        if critic_lr is None:
             super().configure_optimizers_for_module(module_id, config)
             return
         module = self._module[module_id]
@@ -76,7 +88,7 @@ class MaraPPOLearner(PPOTorchLearner):
         mine = {id(p) for p in critic}
         actor = [p for p in self.get_parameters(module) if id(p) not in mine]
         for name, params, lr in (
-            (CRITIC, critic, config.lr),
+            (CRITIC, critic, critic_lr),
             (ACTOR, actor, actor_lr_schedule(config.lr, critic_steps, ramp_steps)),
         ):
             self.register_optimizer(

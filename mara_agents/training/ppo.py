@@ -27,7 +27,12 @@ from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 
 from mara_agents.training.experiment import Experiment
 from mara_agents.training.group import ESTIMATOR_KEY, GROUP_SIZE_KEY, GroupedEnvRunner
-from mara_agents.training.learner import ACTOR_RAMP_KEY, CRITIC_STEPS_KEY, MaraPPOLearner
+from mara_agents.training.learner import (
+    ACTOR_RAMP_KEY,
+    CRITIC_LR_KEY,
+    CRITIC_STEPS_KEY,
+    MaraPPOLearner,
+)
 from mara_agents.training.rl_module import SHARED_MODULE_ID, MaraRLModule, MaraRoundModule
 from mara_agents.training.rllib_env import ROUND_ENV_ID, VECTOR_MODE, register
 from mara_env.config import ConfigError
@@ -213,6 +218,8 @@ def build_config(
         extra.update(
             {CRITIC_STEPS_KEY: exp.warmup.critic_steps, ACTOR_RAMP_KEY: exp.warmup.actor_ramp_steps}
         )
+        if exp.warmup.critic_lr is not None:
+            extra[CRITIC_LR_KEY] = exp.warmup.critic_lr
     if extra:
         config.learners(learner_class=MaraPPOLearner, learner_config_dict=extra)
     if exp.view == "round":

@@ -91,8 +91,12 @@ def experiment_record(exp: Experiment) -> dict[str, Any]:
         del data["train_jobs"]
     if data["advantage"] == dataclasses.asdict(AdvantageConfig()):  # likewise
         del data["advantage"]
-    if data["warmup"] == dataclasses.asdict(WarmupConfig()):  # likewise
-        del data["warmup"]
+    if data["warmup"]["critic_lr"] is None:  # likewise
+        del data["warmup"]["critic_lr"]
+    if data["warmup"] == {
+        k: v for k, v in dataclasses.asdict(WarmupConfig()).items() if v is not None
+    }:
+        del data["warmup"]  # likewise
     if data["critic"] == dataclasses.asdict(CriticConfig()):  # likewise
         del data["critic"]
     if data["env"]["jobs"] is None and "train_jobs" not in data:  # likewise: unused then

@@ -10,7 +10,12 @@ import pytest
 import yaml
 
 from mara_agents.training.experiment import parse_experiment
-from mara_agents.training.learner import MaraPPOLearner, actor_lr_schedule, warmup_of
+from mara_agents.training.learner import (
+    MaraPPOLearner,
+    actor_lr_schedule,
+    critic_lr_of,
+    warmup_of,
+)
 from mara_agents.training.ppo import build_config
 from mara_agents.training.records import experiment_record
 from mara_env.config import ConfigError
@@ -34,6 +39,16 @@ def test_warmup_reaches_the_learner_and_only_then_the_record() -> None:
     assert experiment_record(exp)["warmup"] == {"critic_steps": 300, "actor_ramp_steps": 50}
     config = build_config(exp)
     assert config.learner_class is MaraPPOLearner and warmup_of(config) == (300, 50)
+    assert critic_lr_of(config) == config.lr and critic_lr_of(build_config(plain)) is None
+    # the critic's own rate: an optimizer each, even without steps of warm-up
+    fast = parse_experiment({**MINIMAL, "warmup": {"critic_lr": 1e-3}})
+    assert experiment_record(fast)["warmup"] == {
+        "critic_steps": 0,
+        "actor_ramp_steps": 0,
+        "critic_lr": 1e-3,
+    }
+    config = build_config(fast)
+    assert config.learner_class is MaraPPOLearner and critic_lr_of(config) == 1e-3
 
 
 @pytest.mark.parametrize(
