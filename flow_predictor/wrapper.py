@@ -362,6 +362,14 @@ _COLUMN_DTYPES = (
 
 
 @numba.njit(cache=True, error_model="numpy")
+def work_in_ticks(work: Any, ref: Any) -> Any:
+    """Remaining ``work`` as the features read it: ``log1p(work / ref) / LOG_TICKS_SCALE``,
+    ``ref`` the task's work per tick at its reference allocation (``rate * n_ref**alpha``);
+    scalars or arrays ("never", inf, stays inf: the caller clips it to its limit)."""
+    return np.log1p(work / ref) / LOG_TICKS_SCALE
+
+
+@numba.njit(cache=True, error_model="numpy")
 def _feature_rows(
     samples: np.ndarray,
     fallback: np.ndarray,
@@ -390,9 +398,9 @@ def _feature_rows(
     for i in range(len(cap)):
         ref = rate[i] * n_ref[i] ** alpha[i]
         row = out[i]
-        row[_Q10] = np.log1p(qs[i, 0] / ref) / LOG_TICKS_SCALE
-        row[_Q50] = np.log1p(qs[i, 1] / ref) / LOG_TICKS_SCALE
-        row[_Q90] = np.log1p(qs[i, 2] / ref) / LOG_TICKS_SCALE
+        row[_Q10] = work_in_ticks(qs[i, 0], ref)
+        row[_Q50] = work_in_ticks(qs[i, 1], ref)
+        row[_Q90] = work_in_ticks(qs[i, 2], ref)
         row[_P_NOW] = probs[i, 0]
         row[_P_CAP] = probs[i, 1]
         row[_FALLBACK] = fallback[i]

@@ -9,8 +9,8 @@ reads (:meth:`mara_agents.policy.network.MaraNet.value`); the actor's entries ar
 
 * :data:`CRITIC_SLOTS` ``(K, S)``, per slot, the :data:`SLOT_FEATURES` named (``S`` of them):
   ``remaining_work``: the task's exact remaining work (``sim.remaining_true``) in the units of
-  the predictor wrapper's quantile features, ``log1p(remaining / (rate * n_ref**alpha)) /
-  LOG_TICKS_SCALE``; a task whose trace never reaches its target reads the env's limit
+  the predictor wrapper's quantile features (:func:`~flow_predictor.wrapper.work_in_ticks`);
+  a task whose trace never reaches its target reads the env's limit
   (``OBS_LIMIT``); an empty slot reads 0;
 * :data:`CRITIC_QUEUE` ``(Q,)``, the :data:`QUEUE_FEATURES` named: ``arrivals_ahead``: the
   load of the tasks that arrive in the next :data:`ARRIVAL_TICKS` ticks, their exact work
@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
-from flow_predictor.wrapper import LOG_TICKS_SCALE
+from flow_predictor.wrapper import work_in_ticks
 from mara_env.engine import OBS_LIMIT
 from mara_env.round_env import RoundEnv
 from mara_env.workload import reference_nodes
@@ -56,8 +56,8 @@ def remaining_work(sim: Any, tasks: np.ndarray) -> np.ndarray:
     """``remaining_work`` of ``tasks`` (see the module doc), float32."""
     wl = sim.workload
     ref = wl.rate[tasks] * reference_nodes(wl, sim.config, tasks) ** wl.alpha[tasks]
-    with np.errstate(over="ignore"):  # a target never reached: inf, clipped below
-        value = np.log1p(sim.remaining_true(tasks) / ref) / LOG_TICKS_SCALE
+    # a target never reached: inf, clipped below
+    value = work_in_ticks(np.asarray(sim.remaining_true(tasks), np.float64), ref)
     return np.minimum(value, OBS_LIMIT).astype(np.float32)
 
 
