@@ -236,6 +236,7 @@ RIVAL_COLOURS = (
     *("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#bcbd22", "#17becf"),
     *("#393b79", "#637939", "#8c6d31", "#7b4173"),
     *("#9edae5", "#ffbb78", "#98df8a", "#c5b0d5"),
+    *("#6b6ecf", "#e7ba52"),
 )
 RIVAL_MARKERS = ("o", "^", "s", "D", "v", "P", "X")
 
@@ -258,7 +259,7 @@ def line_styles(specs: list[str], subject: str) -> dict[str, dict]:
     """Matplotlib style (colour, linestyle, marker, width, zorder) per spec: ``subject``
     stands out, the references are black to light grey from the bound down to uniform
     share, dashed, and the rivals thinner with a colour each (and a marker, so that past
-    16 rivals the pairs still differ)."""
+    18 rivals the pairs still differ)."""
     styles: dict[str, dict] = {}
     refs = sorted(
         (s for s in specs if s != subject and _reference_rank(s) is not None),

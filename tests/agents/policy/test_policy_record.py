@@ -41,12 +41,22 @@ def test_the_shipped_policy_records_what_it_was_trained_with_and_loads_silently(
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         policy = load_policy()
-    digest = hashlib.sha256(SHIPPED_CHECKPOINT.read_bytes()).hexdigest()
-    assert policy.meta["predictor_sha256"] == digest
+    # its task wrapper's features come from the flow checkpoint and the remaining-work
+    # model: the file records both digests
+    from flow_predictor.task_work import SHIPPED_TASK_WORK
+
+    flow, task = (
+        hashlib.sha256(p.read_bytes()).hexdigest() for p in (SHIPPED_CHECKPOINT, SHIPPED_TASK_WORK)
+    )
+    assert policy.wrapper == "task" and policy.meta["predictor_sha256"] == f"{flow}+{task}"
     # MARA reads the plan the `hedge` baseline makes by default, named by one spec: a miss
-    # priced by the cluster's history, the default users' price recorded (the file, written
-    # before the source was named "cluster", records miss_cost=history: it reads as today's)
-    assert policy.meta["teacher"].endswith(":miss_cost=history")
+    # priced by the cluster's history, the default users' price recorded
+    assert policy.meta["teacher"] == HEDGE_TEACHER
+    # files written before the source was named "cluster" (mara_v16) record
+    # miss_cost=history: it reads as today's spec
+    from mara_agents.policy.policy_file import recorded_teacher
+
+    assert recorded_teacher(HEDGE_TEACHER.replace("=cluster", "=history")) == HEDGE_TEACHER
     assert policy.features.teacher == HEDGE_TEACHER
     assert HEDGE_TEACHER == "hedge:confidence=0.05:flow_spread=2.0:quantiles=256:miss_cost=cluster"
     assert policy.features.miss_cost == policy.features.plan.hedge.miss_cost == 0.1
