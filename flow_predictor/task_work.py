@@ -40,6 +40,7 @@ one forward of every active task per tick).
 from __future__ import annotations
 
 import bisect
+import functools
 import os
 from pathlib import Path
 from typing import Any
@@ -230,8 +231,20 @@ class TaskWorkModel:
 
     @classmethod
     def load(cls, path: str | os.PathLike | None = None) -> TaskWorkModel:
-        """The model stored at ``path`` (default: the shipped one, :data:`SHIPPED_TASK_WORK`)."""
+        """The model stored at ``path`` (default: the shipped one, :data:`SHIPPED_TASK_WORK`),
+        read once per process while the file is unchanged (every planner and every
+        episode's policy view share it: nothing here changes a loaded model; a
+        :class:`TaskWork` keeps its run's calibration apart)."""
         path = Path(path) if path is not None else SHIPPED_TASK_WORK
+        try:
+            stat = path.stat()
+        except OSError:
+            return cls._read(path)  # the reader names the missing file
+        return _read_once(str(path.resolve()), stat.st_mtime_ns, stat.st_size)
+
+    @classmethod
+    def _read(cls, path: Path) -> TaskWorkModel:
+        """The model stored at ``path``, read and checked."""
         writer = "mara predictor task-work"
         blob = load_blob(path, "remaining-work model", writer)
         if not isinstance(blob, dict) or blob.get("format") != FORMAT:
@@ -260,6 +273,12 @@ class TaskWorkModel:
             return cls(net.eval(), recal, bool(blob["uses_flow"]), dict(blob["fitted_on"]), config)
         except (KeyError, TypeError, ValueError, RuntimeError) as exc:
             raise CheckpointError(f"{path}: a damaged remaining-work model ({exc})") from None
+
+
+@functools.lru_cache(maxsize=8)
+def _read_once(path: str, mtime_ns: int, size: int) -> TaskWorkModel:
+    """:meth:`TaskWorkModel._read`, once per file version (its path, time and size)."""
+    return TaskWorkModel._read(Path(path))
 
 
 class TaskWork:

@@ -23,7 +23,7 @@ from mara_agents.training.privileged import (
 from mara_env.config import ConfigError
 from mara_env.engine import OBS_LIMIT
 from mara_env.workload import reference_nodes
-from tests.agents.training.test_train import smoke_yaml
+from tests.agents.training.test_train import smoke_yaml, train_one_round_batch
 
 PRIVILEGED = {"privileged": list(PRIVILEGED_FEATURES)}
 
@@ -153,26 +153,15 @@ def test_privileged_smoke_trains_and_its_policy_file_records_no_privileged_input
     """One PPO iteration of the smoke experiment with the privileged critic: the critic's
     privileged weights move; the exported file's header and weights are those of a policy
     trained without the switch, and it acts on an env without privileged columns."""
-    import ray
 
     from mara_agents.policy.inference import load_policy
     from mara_agents.policy.policy_file import save_policy
     from mara_agents.training.export import export_checkpoint
     from mara_agents.training.rl_module import round_layout
-    from mara_agents.training.train import train
 
     path = privileged_smoke(tmp_path)
-    data = yaml.safe_load(path.read_text())
-    data["rllib"]["env_runners"]["rollout_fragment_length"] = 50
-    data["rllib"]["training"].update(train_batch_size_per_learner=50, minibatch_size=25)
-    path.write_text(yaml.safe_dump(data))
+    result = train_one_round_batch(path, tmp_path)
     exp = load_experiment(path)
-    try:
-        grid = train(exp, out=tmp_path / "runs", verbose=0)
-    finally:
-        ray.shutdown()
-    result = grid[0]
-    assert result.error is None
     import pickle
 
     from ray.rllib.core import DEFAULT_MODULE_ID

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -30,6 +31,33 @@ def smoke_yaml(tmp_path: Path, **stop: int) -> Path:
     return path
 
 
+def trained(path: Path, tmp_path: Path) -> Any:
+    """Train the experiment at ``path`` into ``tmp_path/runs`` (Ray shut down after); the
+    run's result, which ended without an error."""
+    import ray
+
+    from mara_agents.training.train import train
+
+    exp = load_experiment(path)
+    try:
+        grid = train(exp, out=tmp_path / "runs", verbose=0)
+    finally:
+        ray.shutdown()
+    result = grid[0]
+    assert result.error is None
+    return result
+
+
+def train_one_round_batch(path: Path, tmp_path: Path) -> Any:
+    """:func:`trained` on the round-view smoke YAML at ``path`` with a batch of 50 rounds
+    in minibatches of 25."""
+    data = yaml.safe_load(path.read_text())
+    data["rllib"]["env_runners"]["rollout_fragment_length"] = 50
+    data["rllib"]["training"].update(train_batch_size_per_learner=50, minibatch_size=25)
+    path.write_text(yaml.safe_dump(data))
+    return trained(path, tmp_path)
+
+
 def scalars(trial_dir: Path, pattern: str = "events.out.tfevents.*") -> dict[str, list]:
     """Every scalar tag of the trial's event files matching ``pattern``, with its events."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -44,21 +72,15 @@ def scalars(trial_dir: Path, pattern: str = "events.out.tfevents.*") -> dict[str
 
 
 def test_smoke_trains_logs_and_exports(tmp_path: Path) -> None:
-    import ray
 
     from mara_agents.policy.inference import load_policy
     from mara_agents.training.curves import LEARNER_STATS
     from mara_agents.training.export import export_checkpoint
     from mara_agents.training.ppo import EPISODE_METRICS
-    from mara_agents.training.train import train
 
-    exp = load_experiment(smoke_yaml(tmp_path))
-    try:
-        grid = train(exp, out=tmp_path / "runs", verbose=0)
-    finally:
-        ray.shutdown()
-    result = grid[0]
-    assert result.error is None
+    path = smoke_yaml(tmp_path)
+    result = trained(path, tmp_path)
+    exp = load_experiment(path)
     assert result.metrics["training_iteration"] == 1
     # Our one tag scheme, in our own event file, step = node decisions; Tune's stay.
     found = scalars(Path(result.path), "events.out.tfevents.*.mara")
@@ -94,28 +116,19 @@ def test_round_view_smoke_trains_logs_and_exports(tmp_path: Path) -> None:
     import json
 
     import pandas as pd
-    import ray
 
     from mara_agents.policy.inference import load_policy
     from mara_agents.training.curves import write_learning_curves_csv
     from mara_agents.training.export import export_checkpoint
-    from mara_agents.training.train import train
 
     path = smoke_yaml(tmp_path)
     data = yaml.safe_load(path.read_text())
     data["view"] = "round"
     data["model"]["stay_bias"] = 3.0
     data["train_loads"] = [1.0, 2.0]
-    data["rllib"]["env_runners"]["rollout_fragment_length"] = 50
-    data["rllib"]["training"].update(train_batch_size_per_learner=50, minibatch_size=25)
     path.write_text(yaml.safe_dump(data))
+    result = train_one_round_batch(path, tmp_path)
     exp = load_experiment(path)
-    try:
-        grid = train(exp, out=tmp_path / "runs", verbose=0)
-    finally:
-        ray.shutdown()
-    result = grid[0]
-    assert result.error is None
     trial = Path(result.path)
     assert "ComputeClusterRounds" in trial.name
     rows = [json.loads(line) for line in (trial / "result.json").read_text().splitlines()]
