@@ -427,15 +427,20 @@ def _place(
 
 # The predictions an env (and a policy trained on it) may observe: none, the shipped flow
 # model, the flow model fused with the deadline prior, the calibrated remaining-work model
-# on both, or LARA's WLS fit (the no-flow ablation); the same layout but for none.
+# on both, the one of those two the cluster's history chose for the env's workload
+# (``cluster``: its settings' ``task_work`` says which, set by whoever builds them), or
+# LARA's WLS fit (the no-flow ablation); the same layout but for none.
 FLOW_DEADLINE = "flow+deadline"
 TASK = "task"
-WRAPPERS = ("none", "flow", FLOW_DEADLINE, TASK, "wls")
-# the wrappers whose predictions read the flow model; and those that read the cluster's
+CLUSTER_CHOICE = "cluster"
+WRAPPERS = ("none", "flow", FLOW_DEADLINE, TASK, CLUSTER_CHOICE, "wls")
+# the wrappers whose predictions read the flow model; those that read the cluster's
 # deadline prior too (their plan is a hedge teacher's, and each is named as the hedge
-# predictor that plans on the same predictions)
-FLOW_WRAPPERS = ("flow", FLOW_DEADLINE, TASK)
-PRIOR_WRAPPERS = (FLOW_DEADLINE, TASK)
+# predictor that plans on the same predictions); and those that may read the calibrated
+# remaining-work model
+FLOW_WRAPPERS = ("flow", FLOW_DEADLINE, TASK, CLUSTER_CHOICE)
+PRIOR_WRAPPERS = (FLOW_DEADLINE, TASK, CLUSTER_CHOICE)
+TASK_WRAPPERS = (TASK, CLUSTER_CHOICE)
 
 
 def make_predictor(

@@ -2,19 +2,23 @@
 
 A planner that decides, every tick, which present tasks to pursue and with how many nodes
 from the *distribution* of each task's remaining work, not from a point estimate.  The
-distribution (``predictor``) is by default ``task``, the calibrated remaining-work model
-(:mod:`flow_predictor.task_work`): a network on everything a scheduler knows of a task
-(its window, family, cap, throughput, target, loss reports, what its deadline says about
-its size under the cluster's history, :mod:`flow_predictor.deadline_prior`, and the flow
-model's samples), recalibrated on the cluster's history and during the episode on the
-tasks that end.  ``task-no-flow`` is that pipeline without the flow model;
-``flow+deadline`` the flow model's samples fused with the deadline prior (users set
-deadlines from their own estimate of a job's size, so the deadline is a noisy size
-estimate from arrival on; the default until the calibrated model); ``flow`` the flow
-model alone, ``deadline`` the deadline prior alone.  A distribution that reads the prior
-is read as ``quantiles`` (256) evenly spaced quantiles, so a chance is resolved to 1/256
-(the flow model alone: its 32 draws).  Each
-tick, for the active tasks in earliest-deadline order:
+distribution (``predictor``) is by default ``cluster``: the one of ``task`` and
+``flow+deadline`` that the cluster's history chose for the episode's workload (``mara
+history fit`` plays hedge with each on that workload's train episodes and keeps ``task``
+unless the other leads, :mod:`mara_agents.planning.history`; the shipped choice is
+``task`` on synthetic episodes and ``flow+deadline`` on Philly's days).  ``task`` is the
+calibrated remaining-work model (:mod:`flow_predictor.task_work`): a network on
+everything a scheduler knows of a task (its window, family, cap, throughput, target, loss
+reports, what its deadline says about its size under the cluster's history,
+:mod:`flow_predictor.deadline_prior`, and the flow model's samples), recalibrated on the
+cluster's history and during the episode on the tasks that end.  ``task-no-flow`` is that
+pipeline without the flow model; ``flow+deadline`` the flow model's samples fused with
+the deadline prior (users set deadlines from their own estimate of a job's size, so the
+deadline is a noisy size estimate from arrival on; the default until the calibrated
+model); ``flow`` the flow model alone, ``deadline`` the deadline prior alone.  A
+distribution that reads the prior is read as ``quantiles`` (256) evenly spaced quantiles,
+so a chance is resolved to 1/256 (the flow model alone: its 32 draws).  Each tick, for
+the active tasks in earliest-deadline order:
 
 1. **Explore.** A task the predictor cannot predict yet (``predictor=flow``: fewer than
    :data:`~flow_predictor.remaining.MIN_REPORTS` reports; the deadline prior predicts
@@ -94,11 +98,13 @@ from mara_env.schedulers import Scheduler, edf_order
 # fused with the flow model), the calibrated remaining-work model that reads every input
 # (``task``; ``task-no-flow``: the same pipeline without the flow model), or each task's
 # exact remaining work.
-PREDICTORS = ("flow+deadline", "flow", "deadline", "task", "task-no-flow", EXACT)
-DEFAULT_PREDICTOR = "task"
+# ``cluster``: the one of DISTRIBUTIONS (task, flow+deadline) the cluster's history chose
+# for the episode's workload (``mara history fit``).
+PREDICTORS = (CLUSTER, "flow+deadline", "flow", "deadline", "task", "task-no-flow", EXACT)
+DEFAULT_PREDICTOR = CLUSTER
 # which of them read the deadline prior of the cluster's history, and which the flow model
-READS_PRIOR = frozenset({"flow+deadline", "deadline", "task", "task-no-flow"})
-READS_FLOW = frozenset({"flow+deadline", "flow", "task"})
+READS_PRIOR = frozenset({CLUSTER, "flow+deadline", "deadline", "task", "task-no-flow"})
+READS_FLOW = frozenset({CLUSTER, "flow+deadline", "flow", "task"})
 # the calibrated remaining-work models (flow_predictor.task_work) by the name that reads each
 TASK_MODELS = frozenset({"task", "task-no-flow"})
 
@@ -129,7 +135,9 @@ class Predictions(Protocol):
 class Hedge(Scheduler):
     """The hedge planner (this module's docstring) as a scheduler.
 
-    ``predictor``: ``"task"`` (default) or ``"task-no-flow"`` (the shipped calibrated
+    ``predictor``: ``"cluster"`` (default: the one of ``"task"`` and ``"flow+deadline"``
+    the cluster's history chose for the episode's workload), ``"task"`` or
+    ``"task-no-flow"`` (the shipped calibrated
     remaining-work model, with or without the flow model's inputs), ``"flow+deadline"`` or
     ``"flow"`` (the shipped flow checkpoint with ``flow_share``'s sample count and refresh
     rule, fused with the deadline prior or alone; all but ``task-no-flow`` read the flow
@@ -168,6 +176,9 @@ class Hedge(Scheduler):
 
             require("predictor")  # checked here, in the parent, not in a worker
         self.predictor = predictor
+        # the distribution planned on this episode (``cluster``: the history's choice, set
+        # per episode)
+        self.distribution = predictor
         self.prior_source = prior
         self._file_prior: DeadlinePrior | None = None
         if predictor in READS_PRIOR and prior not in (CLUSTER, WORKLOAD):
@@ -180,8 +191,8 @@ class Hedge(Scheduler):
         self.history: ClusterHistory | None = None
         self._flow: PredictionCache | None = None
         self._predictions: Predictions | None = None
-        # the predictions of each prior planned on so far, by its record (they share the
-        # flow model's cache)
+        # the predictions of each distribution and prior planned on so far, by their names
+        # (they share the flow model's cache)
         self._by_prior: dict[str | None, Predictions] = {}
         # what this episode plans with: the knobs with the cluster's price resolved, and
         # the deadline prior (None without one)
@@ -192,12 +203,13 @@ class Hedge(Scheduler):
     def reads_history(self) -> bool:
         """Whether its episodes read the cluster's history (its prior or its price)."""
         from_history = self.predictor in READS_PRIOR and self._file_prior is None
-        return from_history or self.params.prices_by_cluster
+        return from_history or self.needs_tuning
 
     @property
-    def needs_price(self) -> bool:
-        """Whether it plans with the cluster's tuned price of a miss."""
-        return self.params.prices_by_cluster
+    def needs_tuning(self) -> bool:
+        """Whether it plans with the cluster's tuning: its price of a miss, or its choice
+        of distribution (``predictor=cluster``)."""
+        return self.params.prices_by_cluster or self.predictor == CLUSTER
 
     def use_history(self, history: ClusterHistory) -> None:
         """Plan with ``history`` (built once by whoever runs the episodes) from the next
@@ -216,16 +228,16 @@ class Hedge(Scheduler):
         return self.history
 
     def _make_predictions(self, prior: DeadlinePrior | None) -> Predictions:
-        if self.predictor == EXACT:
+        if self.distribution == EXACT:
             return ExactRemaining()
-        if self.predictor in READS_FLOW and self._flow is None:
+        if self.distribution in READS_FLOW and self._flow is None:
             from flow_predictor.checkpoint import load_predictor
             from flow_predictor.remaining import FLOW_SAMPLES, REFRESH
 
             self._flow = PredictionCache(load_predictor(n_samples=FLOW_SAMPLES), REFRESH)
         if prior is None:
             return self._flow
-        if self.predictor in TASK_MODELS:
+        if self.distribution in TASK_MODELS:
             from flow_predictor.task_work import (
                 SHIPPED_TASK_WORK,
                 SHIPPED_TASK_WORK_NO_FLOW,
@@ -233,7 +245,7 @@ class Hedge(Scheduler):
                 TaskWorkModel,
             )
 
-            path = SHIPPED_TASK_WORK if self.predictor == "task" else SHIPPED_TASK_WORK_NO_FLOW
+            path = SHIPPED_TASK_WORK if self.distribution == "task" else SHIPPED_TASK_WORK_NO_FLOW
             return TaskWork(TaskWorkModel.load(path), prior, self._flow, self.params.quantiles)
         return DeadlineInformed(prior, self._flow, self.params.quantiles, self.params.flow_spread)
 
@@ -243,12 +255,17 @@ class Hedge(Scheduler):
         if self.reads_history:
             history = self._history_of(sim.config)
             self.planned = (
-                self.params.on_cluster(history.price()) if self.needs_price else self.params
+                self.params.on_cluster(history.price())
+                if self.params.prices_by_cluster
+                else self.params
             )
+            if self.predictor == CLUSTER:
+                self.distribution = history.distribution()
             if self.predictor in READS_PRIOR and prior is None:
                 prior = history.workload_prior if self.prior_source == WORKLOAD else history.prior
         self.prior = prior
         key = None if prior is None else json.dumps(prior.fitted_on, sort_keys=True)
+        key = f"{self.distribution} {key}"
         if key not in self._by_prior:
             self._by_prior[key] = self._make_predictions(prior)
         self._predictions = self._by_prior[key]

@@ -122,9 +122,9 @@ class Lookahead(Scheduler):
         return self.hedge.reads_history
 
     @property
-    def needs_price(self) -> bool:
-        """Whether its hedge plans with the cluster's tuned price of a miss."""
-        return self.hedge.needs_price
+    def needs_tuning(self) -> bool:
+        """Whether its hedge plans with the cluster's tuning (price of a miss, distribution)."""
+        return self.hedge.needs_tuning
 
     def use_history(self, history: ClusterHistory) -> None:
         """Plan with ``history`` from the next episode on (:meth:`Hedge.use_history`)."""

@@ -121,8 +121,8 @@ def _history_reader(made: Agent | Scheduler) -> Any:
 
 def history_readers(specs: Sequence[str]) -> dict[str, Any]:
     """Those of ``specs`` that read the cluster's history, each built here to ask, by spec
-    (aliases expanded; their ``needs_price`` says whether they plan with its price of a
-    miss)."""
+    (aliases expanded; their ``needs_tuning`` says whether they plan with its tuning: its
+    price of a miss or its choice of distribution)."""
     readers = {}
     for spec in map(expand_alias, specs):
         reader = None if is_bound_spec(spec) else _history_reader(build(spec))
@@ -288,27 +288,29 @@ def evaluate(
 
     ``history``: the cluster's (:class:`~mara_agents.planning.history.ClusterHistory`),
     built here once (``ClusterHistory.of(config)``) unless given, where a spec reads one,
-    and handed to every worker: none fits or tunes one.  A spec that plans with a price of
-    a miss the history lacks is a :class:`~mara_agents.planning.history.HistoryError`
-    before any episode (:func:`mara_agents.evaluation.tuning.resolve_history` tunes one).
+    and handed to every worker: none fits or tunes one.  A spec that plans with a tuning
+    (a price of a miss, a choice of distribution) the history lacks is a
+    :class:`~mara_agents.planning.history.HistoryError` before any episode
+    (:func:`mara_agents.evaluation.tuning.resolve_history` tunes one).
     """
     names = list(specs)
     specs = [expand_alias(s) for s in specs]
     for spec in specs:
         check_spec(spec)
     config = config or ClusterConfig()
-    if history is None or history.miss_cost is None:
+    if history is None or not history.tuned:
         readers = history_readers(specs)
         if history is None and readers:
             history = ClusterHistory.of(config)
-        priced = [
-            n for n, spec in zip(names, specs) if spec in readers and readers[spec].needs_price
+        tuned = [
+            n for n, spec in zip(names, specs) if spec in readers and readers[spec].needs_tuning
         ]
-        if priced:
+        if tuned:
             try:
                 history.price()
+                history.distribution()
             except HistoryError as exc:
-                raise HistoryError(f"{', '.join(priced)}: {exc}") from None
+                raise HistoryError(f"{', '.join(tuned)}: {exc}") from None
     for name, spec in zip(names, specs):
         note = spec_note(spec, config)
         if note:  # one line on stderr, in this process only: results stay as they are

@@ -13,10 +13,14 @@ from its default, except the ones that pick an episode or size the cluster
 deadline-prior`` writes).  The same history prices a miss (``hedge``'s ``miss_cost``, the
 node-ticks a sample that misses its deadline is charged, as a share of the time left):
 ``mara history fit`` plays ``hedge`` with each of :data:`MISS_COSTS` on the history's
-episodes (:mod:`mara_agents.evaluation.tuning`) and writes the record
-:func:`tuning_record` describes; :data:`SHIPPED_CHOICES` holds the shipped tunings.  How
-users set deadlines decides which price pays (a cluster whose deadlines carry the size
-well loses by pricing misses low), and a scheduler is not told that: its history is.
+episodes (:mod:`mara_agents.evaluation.tuning`), then, at the price kept, with each
+remaining-work distribution of :data:`DISTRIBUTIONS` on each workload's own episodes, and
+writes the record :func:`tuning_record` describes; :data:`SHIPPED_CHOICES` holds the
+shipped tunings.  How users set deadlines decides which price pays (a cluster whose
+deadlines carry the size well loses by pricing misses low), and what a workload's jobs
+look like decides which distribution pays (the calibrated model was fitted mostly on
+synthetic tasks; on Philly's days the fused one plans better); a scheduler is not told
+either: its history is.
 
 :class:`ClusterHistory` is what a cluster's history says, built once by whoever starts a
 run (``ClusterHistory.of(config)``: the shipped prior file where one was fitted on exactly
@@ -75,6 +79,10 @@ HISTORY_EPISODES = 40
 # leads it), its episodes per workload and load, and the shipped tunings.
 MISS_COSTS = (1.0, 0.1, 0.0)
 TUNE_EPISODES = 20
+# The remaining-work distributions a planner's ``predictor=cluster`` chooses between, per
+# workload, on the history (the calibrated model first: kept unless the fused one leads
+# it on that workload's own episodes; a workload the history does not hold keeps it).
+DISTRIBUTIONS = ("task", "flow+deadline")
 SHIPPED_CHOICES = Path(__file__).with_name("history_choices.json")
 # The sources a planner's ``prior`` and ``miss_cost`` may name: the cluster's history (both
 # shipped workloads; the default), or that of the workload its episodes run alone.
@@ -206,16 +214,27 @@ def tuning_record(
 ) -> dict[str, Any]:
     """The ``fitted_on`` of a tuning of ``miss_cost`` on the history of a cluster of
     ``settings``: ``episodes`` train episodes per workload of :data:`HISTORY_JOBS` and load
-    of :data:`HISTORY_LOADS` (base seed ``seed``) for each price of ``candidates``."""
+    of :data:`HISTORY_LOADS` (base seed ``seed``) for each price of ``candidates``, then
+    for each of :data:`DISTRIBUTIONS` (``distributions``; a record written before that
+    choice lacks the key, and holds no choice)."""
     return {
         **_record(settings, HISTORY_JOBS, HISTORY_SPLIT, HISTORY_LOADS, episodes, seed),
         "candidates": [float(v) for v in candidates],
+        "distributions": list(DISTRIBUTIONS),
     }
+
+
+def _same_tuning(fitted_on: dict[str, Any], want: dict[str, Any]) -> bool:
+    """Whether a record's ``fitted_on`` is the tuning ``want`` of its price (its
+    ``distributions``, where it has them, are read with its choice)."""
+    without = {k: v for k, v in want.items() if k != "distributions"}
+    return {k: v for k, v in fitted_on.items() if k != "distributions"} == without
 
 
 def shipped_choices(path: Path = SHIPPED_CHOICES) -> list[dict[str, Any]]:
     """The tunings in ``path`` (a JSON list of records of ``mara history fit``: their
-    ``fitted_on`` (:func:`tuning_record`), ``leads`` and ``miss_cost``)."""
+    ``fitted_on`` (:func:`tuning_record`), ``leads`` and ``miss_cost``, and where the
+    distribution was chosen, ``distribution`` (by workload) and ``distribution_leads``)."""
     return json_file.loads(Path(path).read_text())
 
 
@@ -255,13 +274,21 @@ def _tunings(path: Path) -> list[dict[str, Any]]:
 
 
 @functools.lru_cache(maxsize=16)
-def _miss_cost(key: str, files: tuple[str, ...]) -> float | None:
+def _tuning(key: str, files: tuple[str, ...]) -> tuple[float | None, str | None]:
+    """The price of a miss and the chosen distributions (JSON, by workload) of the tuning
+    of history ``key`` in the shipped file or ``files`` (the last one read wins), each None
+    where none holds it."""
     want = tuning_record(json.loads(key))
+    found: tuple[float | None, str | None] = (None, None)
     for path in (SHIPPED_CHOICES, *files):
         for record in _tunings(Path(path)):
-            if record["fitted_on"] == want:
-                return float(record["miss_cost"])
-    return None
+            if _same_tuning(record["fitted_on"], want):
+                chosen = record.get("distribution")
+                found = (
+                    float(record["miss_cost"]),
+                    None if chosen is None else json.dumps(chosen, sort_keys=True),
+                )
+    return found
 
 
 @dataclass(frozen=True, eq=False)
@@ -275,20 +302,37 @@ class ClusterHistory:
     prior: DeadlinePrior  # fitted on both shipped workloads' train tasks (``prior=cluster``)
     workload_prior: DeadlinePrior  # on those of ``jobs`` alone (``prior=workload``)
     miss_cost: float | None  # hedge's price of a miss tuned on it; None: not tuned
+    # the remaining-work distribution chosen on it for each workload (``predictor=cluster``;
+    # JSON, a workload it does not hold keeps DISTRIBUTIONS[0]); None: not chosen
+    distributions: str | None = None
 
     @classmethod
     def of(cls, config: ClusterConfig, files: Sequence[str | Path] = ()) -> ClusterHistory:
         """``config``'s cluster's history: the shipped prior where one was fitted on it,
-        else a fit (once per process); the price of :data:`SHIPPED_CHOICES` or of the
-        tuning ``files`` (``mara history fit --out``) that hold it, else None."""
+        else a fit (once per process); the price and the distributions of
+        :data:`SHIPPED_CHOICES` or of the tuning ``files`` (``mara history fit --out``)
+        that hold them, else None."""
         key, jobs = history_key(config), config.jobs or "none"
+        miss_cost, distributions = _tuning(key, tuple(str(f) for f in files))
         return cls(
             key=key,
             jobs=jobs,
             prior=_prior(HISTORY_JOBS, key),
             workload_prior=_prior((jobs,), key),
-            miss_cost=_miss_cost(key, tuple(str(f) for f in files)),
+            miss_cost=miss_cost,
+            distributions=distributions,
         )
+
+    @property
+    def tuned(self) -> bool:
+        """Whether it holds both a price of a miss and a choice of distribution."""
+        return self.miss_cost is not None and self.distributions is not None
+
+    def tuned_from(self, record: dict[str, Any]) -> ClusterHistory:
+        """This history with the price and the distributions of tuning ``record`` (what
+        :func:`~mara_agents.evaluation.tuning.tune_history` returns)."""
+        chosen = json.dumps(record["distribution"], sort_keys=True)
+        return dataclasses.replace(self, miss_cost=record["miss_cost"], distributions=chosen)
 
     def describes(self, config: ClusterConfig) -> bool:
         """Whether this is the history of ``config``'s cluster and workload."""
@@ -298,9 +342,20 @@ class ClusterHistory:
         """The tuned price of a miss; :class:`HistoryError` naming the command that tunes
         it where there is none."""
         if self.miss_cost is None:
-            raise HistoryError(
-                f"the cluster {self.key} has no tuned price of a miss (hedge's miss_cost="
-                f"{CLUSTER!r}): run `mara history fit --cluster FILE --out HISTORY.json` "
-                "once and pass --history HISTORY.json"
-            )
+            raise self._untuned("price of a miss (hedge's miss_cost=")
         return self.miss_cost
+
+    def distribution(self, jobs: str | None = None) -> str:
+        """The remaining-work distribution chosen for workload ``jobs`` (default: its own;
+        ``none``: synthetic) on this history, :data:`DISTRIBUTIONS`'s first where the
+        history does not hold that workload; :class:`HistoryError` naming the command that
+        chooses where no choice was made."""
+        if self.distributions is None:
+            raise self._untuned("choice of distribution (hedge's predictor=")
+        return json.loads(self.distributions).get(jobs or self.jobs, DISTRIBUTIONS[0])
+
+    def _untuned(self, what: str) -> HistoryError:
+        return HistoryError(
+            f"the cluster {self.key} has no tuned {what}{CLUSTER!r}): run `mara history "
+            "fit --cluster FILE --out HISTORY.json` once and pass --history HISTORY.json"
+        )

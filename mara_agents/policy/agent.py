@@ -16,6 +16,7 @@ import numpy as np
 
 from flow_predictor.model import single_threaded
 from flow_predictor.remaining import FLOW_SAMPLES
+from flow_predictor.wrapper import CLUSTER_CHOICE
 from mara_agents.planning.history import ClusterHistory, history_key
 from mara_agents.policy.features import (
     FeatureSettings,
@@ -64,8 +65,8 @@ class MaraAgent:
         self._rounds: Any = None
         self._index: dict[str, int] = {}
         self._actions: list[int] = []
-        # the feature settings on each cluster's history (its key) acted on so far
-        self._on_cluster: dict[str, FeatureSettings] = {}
+        # the feature settings on each cluster's history (its key) and workload acted on so far
+        self._on_cluster: dict[tuple[str, str], FeatureSettings] = {}
         self.history: ClusterHistory | None = None
 
     @property
@@ -75,10 +76,14 @@ class MaraAgent:
         return features is not None and bool(features.deadline_prior)
 
     @property
-    def needs_price(self) -> bool:
-        """Whether its teacher's plan reads the cluster's tuned price of a miss."""
+    def needs_tuning(self) -> bool:
+        """Whether its features read the cluster's tuning: its teacher's price of a miss,
+        or its choice of distribution (the ``cluster`` wrapper)."""
         features = self.policy.features
-        return features is not None and TeacherPlan.from_spec(features.teacher).prices_by_cluster
+        if features is None:
+            return False
+        priced = TeacherPlan.from_spec(features.teacher).prices_by_cluster
+        return priced or self.policy.wrapper == CLUSTER_CHOICE
 
     def use_history(self, history: ClusterHistory) -> None:
         """Act with ``history`` (built once by whoever runs the episodes) from the next
@@ -112,30 +117,37 @@ class MaraAgent:
         self._actions = []
 
     def _features_on(self, config: ClusterConfig) -> FeatureSettings | None:
-        """The policy's feature settings on ``config``'s cluster: those it was trained with
-        where the cluster's history settings are those of its training env, else with the
-        deadline prior of the cluster's history (:attr:`ClusterHistory.prior`) and, where
-        its teacher prices a miss by that history, its price."""
+        """The policy's feature settings on ``config``'s cluster and workload: those it was
+        trained with where the cluster's history settings are those of its training env,
+        else with the deadline prior of the cluster's history
+        (:attr:`ClusterHistory.prior`) and, where its teacher prices a miss by that
+        history, its price; a ``cluster``-wrapper policy reads the distribution that
+        history chose for the workload."""
         features = self.policy.features
         if features is None or not features.deadline_prior:
             return features
-        if not self._on_cluster:  # the settings it was trained among: as recorded
+        key, jobs = history_key(config), config.jobs or "none"
+        if (key, jobs) not in self._on_cluster:
             trained = ClusterConfig.from_dict(dict(self.policy.meta.get("env") or {}))
-            self._on_cluster[history_key(trained)] = features
-        key = history_key(config)
-        if key not in self._on_cluster:
-            history = self.history
-            if history is None:
-                history = ClusterHistory.of(config)
-            elif history.key != key:
-                raise ValueError(
-                    f"mara: handed the history of cluster {history.key}, but the episode "
-                    f"runs on {key}"
-                )
-            fields = prior_fields(history.prior)
-            fields.update(history_fields(TeacherPlan.from_spec(features.teacher), history))
-            self._on_cluster[key] = dataclasses.replace(features, **fields)
-        return self._on_cluster[key]
+            chooses = self.policy.wrapper == CLUSTER_CHOICE
+            fields: dict[str, Any] = {}
+            if key != history_key(trained) or chooses:
+                history = self.history
+                if history is None:
+                    history = ClusterHistory.of(config)
+                elif history.key != key:
+                    raise ValueError(
+                        f"mara: handed the history of cluster {history.key}, but the episode "
+                        f"runs on {key}"
+                    )
+                teacher = TeacherPlan.from_spec(features.teacher)
+                fields = history_fields(teacher, history, self.policy.wrapper, jobs)
+                if key != history_key(trained):  # else the settings it was trained among
+                    fields.update(prior_fields(history.prior))
+                else:
+                    fields = {"task_work": fields["task_work"]}
+            self._on_cluster[key, jobs] = dataclasses.replace(features, **fields)
+        return self._on_cluster[key, jobs]
 
     def act_round(self, env: Any) -> np.ndarray:
         """The ``N`` node actions of the round ``env`` is at the start of."""

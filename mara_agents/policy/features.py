@@ -34,6 +34,7 @@ from pettingzoo import AECEnv
 from flow_predictor.deadline_prior import DeadlinePrior
 from flow_predictor.remaining import FLOW_SAMPLES, RemainingWorkPredictor
 from flow_predictor.wrapper import (
+    CLUSTER_CHOICE,
     PREDICTION_FEATURES,
     PRIOR_WRAPPERS,
     TASK,
@@ -215,14 +216,19 @@ class FeatureSettings:
 
 
 def feature_settings(
-    wrapper: str, options: dict[str, Any] | None = None, history: ClusterHistory | None = None
+    wrapper: str,
+    options: dict[str, Any] | None = None,
+    history: ClusterHistory | None = None,
+    jobs: str | None = None,
 ) -> FeatureSettings | None:
     """The settings of ``wrapper``'s features built with ``options`` (None for ``none``):
-    ``flow`` and ``wls`` read flow_share's plan; ``flow+deadline`` and ``task`` hedge's (the
-    spec of ``options["teacher"]``, default :data:`HEDGE_TEACHER`), with the deadline prior of
-    ``options["deadline_prior"]`` (a file), else that of the cluster's ``history`` (None:
-    the default cluster's, the shipped files), and a ``miss_cost=cluster`` teacher's price
-    on that history (:func:`history_fields`)."""
+    ``flow`` and ``wls`` read flow_share's plan; ``flow+deadline``, ``task`` and
+    ``cluster`` hedge's (the spec of ``options["teacher"]``, default
+    :data:`HEDGE_TEACHER`), with the deadline prior of ``options["deadline_prior"]`` (a
+    file), else that of the cluster's ``history`` (None: the default cluster's, the shipped
+    files), and a ``miss_cost=cluster`` teacher's price on that history
+    (:func:`history_fields`); ``cluster`` reads the distribution that history chose for
+    workload ``jobs`` (:func:`history_fields`)."""
     if wrapper == "none":
         return None
     options = options or {}
@@ -241,17 +247,24 @@ def feature_settings(
         teacher.spec,
         samples,
         **prior_fields(prior),
-        **history_fields(teacher, history),
-        task_work=wrapper == TASK,
+        **history_fields(teacher, history, wrapper, jobs),
     )
 
 
-def history_fields(teacher: TeacherPlan, history: ClusterHistory) -> dict[str, float]:
-    """``miss_cost``, the price a hedge ``teacher``'s ``miss_cost=cluster`` is on
-    ``history``, for :class:`FeatureSettings`; empty for other teachers."""
-    if not teacher.prices_by_cluster:
-        return {}
-    return {"miss_cost": history.price()}
+def history_fields(
+    teacher: TeacherPlan, history: ClusterHistory, wrapper: str, jobs: str | None
+) -> dict[str, Any]:
+    """What ``history`` says of a ``wrapper`` policy's features on workload ``jobs``
+    (``none``: synthetic), for :class:`FeatureSettings`: ``miss_cost``, the price a hedge
+    ``teacher``'s ``miss_cost=cluster`` is (none for other teachers), and ``task_work``,
+    whether they read the calibrated model (the ``task`` wrapper; ``cluster``: where the
+    history chose it for that workload)."""
+    fields_: dict[str, Any] = {"task_work": wrapper == TASK}
+    if wrapper == CLUSTER_CHOICE:
+        fields_["task_work"] = history.distribution(jobs or "none") == TASK
+    if teacher.prices_by_cluster:
+        fields_["miss_cost"] = history.price()
+    return fields_
 
 
 def prior_fields(prior: DeadlinePrior) -> dict[str, tuple[float, ...]]:
@@ -287,9 +300,10 @@ def wrap(
     for them (else built now); ``settings``: those of the features (default:
     :func:`feature_settings` of the options on ``history``, else on that of ``env``'s
     cluster)."""
+    config = env.unwrapped.engine.config
     if settings is None and wrapper in PRIOR_WRAPPERS and history is None:
-        history = ClusterHistory.of(env.unwrapped.engine.config)
-    settings = settings or feature_settings(wrapper, options, history)
+        history = ClusterHistory.of(config)
+    settings = settings or feature_settings(wrapper, options, history, config.jobs)
     if predictor is None and settings is not None:
         predictor = policy_predictor(wrapper, options, settings.samples)
     if predictor is None or settings is None:

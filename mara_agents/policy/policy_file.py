@@ -42,7 +42,7 @@ import torch
 
 from flow_predictor.deadline_prior import DeadlinePrior
 from flow_predictor.remaining import FLOW_SAMPLES
-from flow_predictor.wrapper import FLOW_WRAPPERS, PRIOR_WRAPPERS, TASK, WRAPPERS
+from flow_predictor.wrapper import FLOW_WRAPPERS, PRIOR_WRAPPERS, TASK_WRAPPERS, WRAPPERS
 from mara_agents.outputs import file_digest
 from mara_agents.planning.hedge_rule import HedgeParams
 from mara_agents.planning.history import ClusterHistory
@@ -114,13 +114,14 @@ def save_policy(
 
 def _predictor_digest(wrapper: str, options: dict[str, Any] | None) -> str | None:
     """SHA-256 of the flow checkpoint the features come from (None without flow features),
-    and for the ``task`` wrapper that of the shipped remaining-work model after a ``+``."""
+    and for the ``task`` and ``cluster`` wrappers that of the shipped remaining-work model
+    after a ``+``."""
     if wrapper not in FLOW_WRAPPERS:
         return None
     from flow_predictor.checkpoint import SHIPPED_CHECKPOINT
 
     digest = file_digest((options or {}).get("path") or SHIPPED_CHECKPOINT)
-    if wrapper != TASK:
+    if wrapper not in TASK_WRAPPERS:
         return digest
     from flow_predictor.task_work import SHIPPED_TASK_WORK
 
@@ -142,9 +143,9 @@ def feature_settings_of(path: str | Path, data: dict[str, Any]) -> FeatureSettin
     if digest is not None and recorded is not None and recorded != digest:
         raise PolicyFileError(
             f"{path}: trained with predictor_sha256={recorded!r}, but the flow checkpoint "
-            f"its wrapper_options name (and, for wrapper={TASK!r}, the shipped remaining-work "
-            f"model) has {digest!r}; retrain the policy, or use the predictor it was trained "
-            "with"
+            f"its wrapper_options name (and, for wrappers {list(TASK_WRAPPERS)}, the shipped "
+            f"remaining-work model) has {digest!r}; retrain the policy, or use the predictor "
+            "it was trained with"
         )
     samples = data.get("flow_samples") or int(options.get("n_samples", FLOW_SAMPLES))
     teacher = data.get("teacher") or teacher_of_old_header(path, data, samples)
@@ -183,7 +184,10 @@ def feature_settings_of(path: str | Path, data: dict[str, Any]) -> FeatureSettin
             f"{path}: teacher {teacher!r} prices a miss by its cluster's history, but the "
             "file does not record the price it was trained with ('teacher_miss_cost')"
         )
-    fields_ = {**prior_fields(fitted), "miss_cost": miss_cost, "task_work": wrapper == TASK}
+    # a cluster-wrapper policy's task_work is its cluster's choice per workload, which
+    # whoever acts with it sets (MaraAgent); recorded as the calibrated model
+    task_work = wrapper in TASK_WRAPPERS
+    fields_ = {**prior_fields(fitted), "miss_cost": miss_cost, "task_work": task_work}
     return _settings(path, teacher, samples, **fields_)
 
 

@@ -29,7 +29,7 @@ from tests.agents.baselines.test_rival_baselines import episode_setup, hand_buil
 def test_registered() -> None:
     assert ALL_SCHEDULERS["hedge"] is Hedge
     assert make_scheduler("hedge:predictor=exact").predictor == "exact"
-    assert make_scheduler("hedge").predictor == "task"
+    assert make_scheduler("hedge").predictor == "cluster"
     assert make_scheduler("hedge:predictor=flow").prior is None
     assert make_scheduler("hedge:predictor=exact:confidence=0.3").params.confidence == 0.3
     assert make_scheduler("hedge:predictor=exact:urgency=1").params.urgency == 1.0
@@ -292,6 +292,34 @@ def test_by_default_a_miss_is_priced_by_the_clusters_history(episode_setup) -> N
     # the default users' history prices it low, the unbiased users' at today's rule
     assert ClusterHistory.of(cfg).price() == 0.1
     assert ClusterHistory.of(dataclasses.replace(cfg, deadline_model="unbiased")).price() == 1.0
+
+
+def test_by_default_the_distribution_is_the_one_the_history_chose_for_the_workload(
+    episode_setup,  # noqa: F811
+) -> None:
+    from flow_predictor.deadline_prior import DeadlineInformed
+    from flow_predictor.task_work import TaskWork
+    from mara_agents.planning.history import ClusterHistory
+
+    cfg, traces = episode_setup
+    hedge = make_scheduler("hedge")
+    for jobs, kind in ((None, TaskWork), ("philly", DeadlineInformed)):
+        config = cfg.replace(jobs=jobs)
+        sim = ClusterSim(cfg, traces)
+        sim.config = config  # only the settings are read
+        hedge.reset(sim, np.random.default_rng(0))
+        assert hedge.distribution == ClusterHistory.of(config).distribution()
+        assert isinstance(hedge._predictions, kind), jobs
+    # on the synthetic workload it plays the episode the calibrated model does
+    chosen = ClusterHistory.of(cfg).distribution()
+    assert run_episode(make_scheduler("hedge"), cfg, traces, seed=3) == run_episode(
+        make_scheduler(f"hedge:predictor={chosen}"), cfg, traces, seed=3
+    )
+    # a history without a choice is refused, naming the command that makes one
+    untuned = dataclasses.replace(ClusterHistory.of(cfg), distributions=None)
+    hedge.use_history(untuned)
+    with pytest.raises(ValueError, match="choice of distribution.*mara history fit"):
+        run_episode(hedge, cfg, traces, seed=3)
 
 
 def test_a_handed_history_is_used_and_another_clusters_refused(episode_setup) -> None:  # noqa: F811

@@ -1,7 +1,8 @@
 """A cluster's own history: which settings it is drawn under, the shipped files as the fits
 of the default settings, and fits for other settings (the same on every call); the price
 of a miss tuned on it (shipped tunings read, the choice rule, an unseen cluster tuned once,
-in the parent, by the command or the harness)."""
+in the parent, by the command or the harness); the distribution chosen per workload on it
+(the rule, and a record of before that choice)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import pytest
 
 from flow_predictor.deadline_prior import HISTORY_PRIORS, SHIPPED_PRIOR, DeadlinePrior
 from mara_agents.planning.history import (
+    DISTRIBUTIONS,
     ClusterHistory,
     HistoryError,
     fit_prior,
@@ -138,13 +140,13 @@ def test_an_unseen_cluster_is_tuned_once_in_the_parent_and_read_from_its_file(
     from mara_agents.evaluation import tuning
 
     calls = []
-    real = tuning.tune_miss_cost
+    real = tuning.tune_history
 
     def tune(settings, **kwargs):
         calls.append(settings)
         return real(settings, episodes=1, progress=kwargs.get("progress", False))
 
-    monkeypatch.setattr(tuning, "tune_miss_cost", tune)
+    monkeypatch.setattr(tuning, "tune_history", tune)
     users = ClusterConfig(deadline_model="blind", slack_range=(1.0, 2.0))
     cluster = tmp_path / "cluster.yaml"
     cluster.write_text("deadline_model: blind\nslack_range: [1.0, 2.0]\n")
@@ -156,7 +158,11 @@ def test_an_unseen_cluster_is_tuned_once_in_the_parent_and_read_from_its_file(
     record["fitted_on"]["episodes"] = 20  # as if the full tuning had been run
     out.write_text(json.dumps([record]))
     assert ClusterHistory.of(users).miss_cost is None
-    assert ClusterHistory.of(users.replace(load=2.0), [out]).price() == record["miss_cost"]
+    read = ClusterHistory.of(users.replace(load=2.0), [out])
+    assert read.price() == record["miss_cost"] and read.tuned
+    assert set(record["distribution"]) == {"none", "philly"}
+    assert read.distribution() == record["distribution"]["none"]
+    assert read.distribution("philly") == record["distribution"]["philly"]
     twice = '[{"fitted_on": {}, "miss_cost": 1.0, "miss_cost": 0.0}]'
     for bad in ("not json", "{}", "[1]", twice):
         (tmp_path / "bad.json").write_text(bad)
@@ -172,11 +178,17 @@ def test_an_unseen_cluster_is_tuned_once_in_the_parent_and_read_from_its_file(
 
     with pytest.raises(HistoryError, match="^hedge: .*mara history fit"):
         evaluate(["uniform", "hedge"], [1.0], 1, config=users, workers=1, progress=False)
-    # no file: the parent tunes, once, and only when a spec plans with the price
-    assert tuning.resolve_history(users, ["uniform", "hedge:miss_cost=1"]).miss_cost is None
+    # no file: the parent tunes, once, and only when a spec plans with the price or the
+    # choice of distribution
+    fixed = "hedge:predictor=task:miss_cost=1"  # reads the prior alone
+    assert tuning.resolve_history(users, ["uniform", fixed]).miss_cost is None
     assert len(calls) == 1
     tuned = tuning.resolve_history(users, ["uniform", "hedge"], progress=False)
     assert tuned.miss_cost in (1.0, 0.1, 0.0) and len(calls) == 2
+    assert tuned.distribution() in DISTRIBUTIONS
+    # a spec that reads only the choice of distribution is tuned for too
+    tuning.resolve_history(users, ["hedge:miss_cost=1"], progress=False)
+    assert len(calls) == 3
     assert "mara history fit" in capsys.readouterr().err
 
 
@@ -211,3 +223,62 @@ def test_a_run_that_reads_no_history_builds_none(monkeypatch) -> None:
     specs = ["uniform", "lara", "hedge:predictor=flow:miss_cost=1"]
     assert resolve_history(users, specs) is None
     assert len(evaluate(specs, [1.0], 1, config=users, workers=1, progress=False)) == 3
+
+
+def test_the_distribution_is_chosen_per_workload_only_on_a_resolved_lead(monkeypatch) -> None:
+    import mara_env.schedulers
+    from mara_agents.evaluation.tuning import choose_distribution
+
+    assert DISTRIBUTIONS == ("task", "flow+deadline")  # the calibrated model first
+
+    def play(lead_on: dict[str, float], spread: float):
+        def run(hedge, config, traces, seed):
+            if hedge.predictor == "task":
+                return {"completion_rate": 0.5}
+            noise = np.random.default_rng([seed, int(config.load * 10)]).normal(0, spread)
+            return {"completion_rate": 0.5 + lead_on[config.jobs or "none"] + noise}
+
+        return run
+
+    monkeypatch.setattr(
+        mara_env.schedulers, "run_episode", play({"none": 0, "philly": 0.02}, 0.001)
+    )
+    record = choose_distribution({}, 0.1, episodes=3)
+    assert record["distribution"] == {"none": "task", "philly": "flow+deadline"}
+    leads = record["distribution_leads"]["philly"]["flow+deadline"]
+    assert leads["all"][0] == pytest.approx(0.02, abs=0.002)
+    assert set(leads) == {"all"} | {f"philly@{v:g}" for v in (1.0, 1.5, 2.0)}
+    # a lead within noise, or a loss, keeps the calibrated model
+    monkeypatch.setattr(
+        mara_env.schedulers, "run_episode", play({"none": 0.002, "philly": -0.02}, 0.05)
+    )
+    assert choose_distribution({}, 0.1, episodes=3)["distribution"] == {
+        "none": "task",
+        "philly": "task",
+    }
+
+
+def test_the_shipped_choices_follow_the_rule_and_a_record_without_one_says_what_to_run(
+    tmp_path,
+) -> None:
+    for record in shipped_choices():  # each choice follows the rule from its own leads
+        for job, chosen in record["distribution"].items():
+            (other,) = record["distribution_leads"][job]
+            mean, half = record["distribution_leads"][job][other]["all"]
+            assert chosen == (other if mean > half else DISTRIBUTIONS[0])
+    # the default cluster's users: the calibrated model on synthetic tasks, the fused one on
+    # Philly's days (docs/results.md)
+    default = ClusterHistory.of(ClusterConfig())
+    assert (default.distribution(), default.distribution("philly")) == ("task", "flow+deadline")
+    assert ClusterHistory.of(ClusterConfig(jobs="philly")).distribution() == "flow+deadline"
+    assert default.distribution("my_jobs.parquet") == "task"  # not in the history: kept
+    # a tuning written before the choice existed: its price is read, and the choice asked for
+    users = ClusterConfig(throughput_noise=0.2)
+    (record,) = [r for r in shipped_choices() if r["fitted_on"]["cluster"] == {}]
+    old = {**record, "fitted_on": {**record["fitted_on"], "cluster": {"throughput_noise": 0.2}}}
+    del old["fitted_on"]["distributions"], old["distribution"], old["distribution_leads"]
+    (tmp_path / "old.json").write_text(json.dumps([old]))
+    history = ClusterHistory.of(users, [tmp_path / "old.json"])
+    assert history.price() == record["miss_cost"] and not history.tuned
+    with pytest.raises(HistoryError, match="choice of distribution .*mara history fit"):
+        history.distribution()

@@ -10,7 +10,13 @@ import torch
 from flow_predictor.checkpoint import load_predictor
 from flow_predictor.remaining import FLOW_SAMPLES
 from flow_predictor.wls import WLSPredictor
-from flow_predictor.wrapper import FLOW_DEADLINE, PREDICTION_FEATURES, TASK, PredictorFeatures
+from flow_predictor.wrapper import (
+    CLUSTER_CHOICE,
+    FLOW_DEADLINE,
+    PREDICTION_FEATURES,
+    TASK,
+    PredictorFeatures,
+)
 from mara_agents.planning.share_rule import confident_nodes
 from mara_agents.policy.features import ADDED_FEATURES, feature_settings
 from mara_env.cluster_env import CAP_SCALE, SLOT_FEATURES, env
@@ -97,31 +103,43 @@ def test_share_features_let_a_node_realise_flow_share_exactly():
 
 
 @pytest.mark.parametrize(
-    "wrapper, teacher, spec",
+    "wrapper, teacher, spec, jobs",
     [
-        (TASK, None, "hedge"),
-        (FLOW_DEADLINE, None, "hedge:predictor=flow+deadline"),
-        (FLOW_DEADLINE, "hedge:miss_cost=1", "hedge:predictor=flow+deadline:miss_cost=1"),
+        (TASK, None, "hedge:predictor=task", None),
+        (CLUSTER_CHOICE, None, "hedge", None),
+        (CLUSTER_CHOICE, None, "hedge", "philly"),
+        (FLOW_DEADLINE, None, "hedge:predictor=flow+deadline", None),
+        (FLOW_DEADLINE, "hedge:miss_cost=1", "hedge:predictor=flow+deadline:miss_cost=1", None),
     ],
     ids=[
-        "task: the default teacher, hedge's own",
+        "task: hedge on the calibrated model",
+        "cluster: the default teacher, hedge's own, synthetic",
+        "cluster: the default teacher, hedge's own, Philly's days",
         "flow+deadline: hedge on the fused prior",
         "flow+deadline: a miss charged to the deadline",
     ],
 )
-def test_prior_features_predict_from_arrival_and_share_is_the_hedge_plan(wrapper, teacher, spec):
-    """The ``task`` and ``flow+deadline`` wrappers: every slot is predicted from arrival on
-    (the deadline prior needs no report), and with every active task visible ``pred_share``
-    is the count of the ``hedge`` scheduler that plans on the same predictions with the
-    knobs its teacher spec names, exactly (the clone's teacher and the feature agree)."""
+def test_prior_features_predict_from_arrival_and_share_is_the_hedge_plan(
+    wrapper, teacher, spec, jobs
+):
+    """The ``task``, ``cluster`` and ``flow+deadline`` wrappers: every slot is predicted
+    from arrival on (the deadline prior needs no report), and with every active task
+    visible ``pred_share`` is the count of the ``hedge`` scheduler that plans on the same
+    predictions with the knobs its teacher spec names, exactly (the clone's teacher and the
+    feature agree; ``cluster``: on the distribution the history chose for the workload)."""
     from mara_agents.evaluation.registry import make_scheduler
+    from mara_agents.planning.history import ClusterHistory
+    from mara_env.config import ClusterConfig
     from mara_env.schedulers import SchedulerAgent
 
     k = SMALL["num_nodes"] * 2
-    settings = feature_settings(wrapper, None if teacher is None else {"teacher": teacher})
+    options = None if teacher is None else {"teacher": teacher}
+    settings = feature_settings(wrapper, options, jobs=jobs)
     assert settings.plan.hedge is not None and len(settings.deadline_prior) > 100
+    chosen = ClusterHistory.of(ClusterConfig(jobs=jobs)).distribution()
+    assert settings.task_work == (wrapper == TASK or (wrapper == CLUSTER_CHOICE and chosen == TASK))
     e = PredictorFeatures(
-        env(**{**SMALL, "num_slots": k, "load": 1.5, "horizon": 40}),
+        env(**{**SMALL, "num_slots": k, "load": 1.5, "horizon": 40, "jobs": jobs}),
         load_predictor(n_samples=settings.samples),
         settings.prediction(),
         settings.plan,

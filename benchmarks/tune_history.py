@@ -1,17 +1,20 @@
-"""Tune hedge's price of a miss on a cluster's own history, and ship the tuning.
+"""Tune hedge's price of a miss and its distribution on a cluster's own history, and ship
+the tuning.
 
-How to run:   python benchmarks/tune_miss_cost.py [--cluster CLUSTER.yaml ...] [--write]
+How to run:   python benchmarks/tune_history.py [--cluster CLUSTER.yaml ...] [--write]
 
 For each cluster (no ``--cluster``: the default settings; ``default`` names them among
-files), :func:`mara_agents.evaluation.tuning.tune_miss_cost` (what ``mara history fit``
-runs for one cluster) plays ``hedge`` with each
-price of :data:`~mara_agents.planning.history.MISS_COSTS` on the cluster's history (train
-split, both shipped workloads, loads 1 / 1.5 / 2, 20 episodes each, paired) and prints
-each price's lead over today's rule (1) per workload and load, with 95 % t-intervals, and
-the price kept.  The clusters run side by side, one process each.  ``--write`` replaces
-those clusters' records in ``mara_agents/planning/history_choices.json``, the tunings
-``hedge`` reads instead of tuning again (about 3 minutes a cluster on one core).  The
-validation and test splits are never touched.
+files), :func:`mara_agents.evaluation.tuning.tune_history` (what ``mara history fit``
+runs for one cluster) plays ``hedge`` with each price of
+:data:`~mara_agents.planning.history.MISS_COSTS` on the cluster's history (train split,
+both shipped workloads, loads 1 / 1.5 / 2, 20 episodes each, paired), then at the price
+kept with each distribution of :data:`~mara_agents.planning.history.DISTRIBUTIONS` on
+each workload's own episodes, and prints each lead with its 95 % t-interval per workload
+and load, and what is kept.  The clusters run side by side, one process each.
+``--write`` replaces those clusters' records in
+``mara_agents/planning/history_choices.json``, the tunings ``hedge`` and the policy read
+instead of tuning again (about 7 minutes a cluster on one core).  The validation and test
+splits are never touched.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
 from mara_agents.commands.history import lead_lines
-from mara_agents.evaluation.tuning import tune_miss_cost
+from mara_agents.evaluation.tuning import tune_history
 from mara_agents.planning.history import SHIPPED_CHOICES, history_settings, write_choices
 from mara_env.config import ClusterConfig, load_cluster_file
 
@@ -54,7 +57,7 @@ def main() -> None:
     names = args.cluster or ["default"]
     settings = [_settings(n) for n in names]
     with ProcessPoolExecutor(max_workers=len(names)) as pool:
-        records = list(pool.map(tune_miss_cost, settings))
+        records = list(pool.map(tune_history, settings))
     for name, record in zip(names, records):
         print(lead_lines(name, record))
     if args.write:
