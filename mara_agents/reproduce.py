@@ -44,7 +44,8 @@ ALL_SPECS = (
     "fifo",
     # rules of thumb and our own heuristic
     "flow_share",
-    "hedge",  # admission and counts planned on the calibrated remaining-work model
+    "hedge",  # admission and counts on the distribution the cluster's history chose
+    "hedge:predictor=task",  # ... on the calibrated remaining-work model (synthetic: hedge)
     "hedge:predictor=task-no-flow",  # ... on that model fitted without the flow model
     "hedge:predictor=flow+deadline",  # ... on the flow samples fused with the deadline prior
     "hedge:miss_cost=1",  # ... with a miss charged to the deadline (the price before history)
@@ -81,6 +82,7 @@ REPLAY_SPECS = (
     "oracle",
     "hedge:predictor=exact",
     "hedge",
+    "hedge:predictor=task",
     "hedge:predictor=flow+deadline",
     "hedge:predictor=flow",
     "hedge:predictor=deadline",
@@ -115,7 +117,7 @@ DEFAULT_JOBS_EPISODES = 20
 # rounds of each of DAGGER_RECIPES in turn, the first from the last PPO stage.
 RECIPE = Path(__file__).resolve().parents[1] / "experiments" / "mara_hedge.yaml"
 PPO_RECIPES = (RECIPE.with_name("mara_hedge_group.yaml"),)
-DAGGER_STAGES = ("mara_hedge_jobs", "mara_plan_gap", "mara_miss_cost", "mara_task")
+DAGGER_STAGES = ("mara_hedge_jobs", "mara_plan_gap", "mara_miss_cost", "mara_task", "mara_cluster")
 DAGGER_RECIPES = tuple(RECIPE.with_name(f"{name}.yaml") for name in DAGGER_STAGES)
 # Beside each PPO stage's run: the SHA-256 of the weights the stage started from.
 ORIGIN = "init_weights.sha256"

@@ -127,7 +127,7 @@ def test_the_shipped_policy_and_flow_checkpoint_load_from_their_new_homes() -> N
 
     assert SHIPPED_POLICY.is_file() and SHIPPED_POLICY.parent.name == "shipped"
     policy = load_policy()
-    assert policy.net.layout.num_slots == 64 and policy.wrapper == "task"
+    assert policy.net.layout.num_slots == 64 and policy.wrapper == "cluster"
     assert load_predictor(SHIPPED_CHECKPOINT).noise.shape[0] > 0
 
 

@@ -49,7 +49,7 @@ from __future__ import annotations
 import numpy as np
 
 from mara_agents.baselines.hedge import DEFAULT_PREDICTOR, Hedge
-from mara_agents.planning.history import ClusterHistory
+from mara_agents.planning.history import CLUSTER, ClusterHistory
 from mara_agents.planning.lookahead_rule import (
     Candidate,
     Futures,
@@ -65,7 +65,7 @@ from mara_env.schedulers import Scheduler, edf_order
 
 # hedge's predictors that speak for every task from its arrival on (a rollout samples
 # them), and exact work (a reference: every world is the true one)
-PREDICTORS = ("flow+deadline", "deadline", "task", "task-no-flow", EXACT)
+PREDICTORS = (CLUSTER, "flow+deadline", "deadline", "task", "task-no-flow", EXACT)
 ARRIVALS = ("none", "seen")
 # ticks of recent arrivals whose rate the rollouts' arrivals follow
 RATE_WINDOW = 24

@@ -146,7 +146,11 @@ class MaraAgent:
                     fields.update(prior_fields(history.prior))
                 else:
                     fields = {"task_work": fields["task_work"]}
-            self._on_cluster[key, jobs] = dataclasses.replace(features, **fields)
+            # the recorded settings themselves where nothing differs
+            fields = {k: v for k, v in fields.items() if getattr(features, k) != v}
+            self._on_cluster[key, jobs] = (
+                dataclasses.replace(features, **fields) if fields else features
+            )
         return self._on_cluster[key, jobs]
 
     def act_round(self, env: Any) -> np.ndarray:

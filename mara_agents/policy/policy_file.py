@@ -66,7 +66,7 @@ FORMAT = "mara-policy"
 # 3: MaraNet encodes the slots once per round and adds the per-node features in its head
 # (v2 weights belong to the network that encoded the slots per node).
 VERSION = 3
-SHIPPED_POLICY = Path(__file__).parent / "shipped" / "mara_v17.pt"
+SHIPPED_POLICY = Path(__file__).parent / "shipped" / "mara_v18.pt"
 REQUIRED_KEYS = ("layout", "model", "wrapper", "state_dict")
 
 

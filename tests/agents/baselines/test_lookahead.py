@@ -168,7 +168,7 @@ def test_it_never_reads_the_truth(episode_setup) -> None:  # noqa: F811
         ("lookahead:rollout_quantiles=0", "rollout_quantiles=0"),
         ("lookahead:margin=-1", "margin=-1; expected a number in [0, 100]"),
         ("lookahead:arrivals=psychic", "arrivals='psychic'; expected one of none, seen"),
-        ("lookahead:predictor=flow", "predictor='flow'; expected one of flow+deadline"),
+        ("lookahead:predictor=flow", "predictor='flow'; expected one of cluster, flow+deadline"),
         ("lookahead:predictor=exact:arrivals=seen", "predictor='exact' has none"),
         ("lookahead:confidence=0", "confidence=0; expected a probability in (0, 1]"),
         ("lookahead:depth=3", "unknown parameter 'depth'"),

@@ -41,14 +41,14 @@ def test_the_shipped_policy_records_what_it_was_trained_with_and_loads_silently(
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         policy = load_policy()
-    # its task wrapper's features come from the flow checkpoint and the remaining-work
+    # its cluster wrapper's features come from the flow checkpoint and the remaining-work
     # model: the file records both digests
     from flow_predictor.task_work import SHIPPED_TASK_WORK
 
     flow, task = (
         hashlib.sha256(p.read_bytes()).hexdigest() for p in (SHIPPED_CHECKPOINT, SHIPPED_TASK_WORK)
     )
-    assert policy.wrapper == "task" and policy.meta["predictor_sha256"] == f"{flow}+{task}"
+    assert policy.wrapper == "cluster" and policy.meta["predictor_sha256"] == f"{flow}+{task}"
     # MARA reads the plan the `hedge` baseline makes by default, named by one spec: a miss
     # priced by the cluster's history, the default users' price recorded
     assert policy.meta["teacher"] == HEDGE_TEACHER
