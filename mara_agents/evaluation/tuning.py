@@ -158,14 +158,14 @@ def choose_distribution(
     planners = [Hedge(predictor=c, miss_cost=float(miss_cost)) for c in candidates]
     total = len(HISTORY_JOBS) * len(HISTORY_LOADS) * len(planners) * episodes
     bar = progress_bar(total, progress, "distribution")
-    chosen, leads = {}, {}
     try:
-        for job in HISTORY_JOBS:
-            rates = _paired_rates(settings, planners, [job], episodes, seed, bar)
-            kept, leads[job] = _leads(rates, list(candidates))
-            chosen[job] = candidates[kept]
+        rates = _paired_rates(settings, planners, HISTORY_JOBS, episodes, seed, bar)
     finally:
         bar.close()
+    chosen, leads = {}, {}
+    for job in HISTORY_JOBS:
+        kept, leads[job] = _leads({k: r for k, r in rates.items() if k[0] == job}, list(candidates))
+        chosen[job] = candidates[kept]
     return {"distribution": chosen, "distribution_leads": leads}
 
 

@@ -273,22 +273,28 @@ def _tunings(path: Path) -> list[dict[str, Any]]:
     return records
 
 
+# a tuning's distribution per workload, as (workload, distribution) pairs in name order
+Choices = tuple[tuple[str, str], ...]
+
+
 @functools.lru_cache(maxsize=16)
-def _tuning(key: str, files: tuple[str, ...]) -> tuple[float | None, str | None]:
-    """The price of a miss and the chosen distributions (JSON, by workload) of the tuning
-    of history ``key`` in the shipped file or ``files`` (the last one read wins), each None
+def _tuning(key: str, files: tuple[str, ...]) -> tuple[float | None, Choices | None]:
+    """The price of a miss and the chosen distributions (:func:`_choices`) of the tuning of
+    history ``key`` in the shipped file or ``files`` (the last one read wins), each None
     where none holds it."""
     want = tuning_record(json.loads(key))
-    found: tuple[float | None, str | None] = (None, None)
+    found: tuple[float | None, Choices | None] = (None, None)
     for path in (SHIPPED_CHOICES, *files):
         for record in _tunings(Path(path)):
             if _same_tuning(record["fitted_on"], want):
-                chosen = record.get("distribution")
-                found = (
-                    float(record["miss_cost"]),
-                    None if chosen is None else json.dumps(chosen, sort_keys=True),
-                )
+                found = (float(record["miss_cost"]), _choices(record))
     return found
+
+
+def _choices(record: dict[str, Any]) -> Choices | None:
+    """The distributions tuning ``record`` chose per workload (None: it made no choice)."""
+    chosen = record.get("distribution")
+    return None if chosen is None else tuple(sorted(chosen.items()))
 
 
 @dataclass(frozen=True, eq=False)
@@ -303,8 +309,8 @@ class ClusterHistory:
     workload_prior: DeadlinePrior  # on those of ``jobs`` alone (``prior=workload``)
     miss_cost: float | None  # hedge's price of a miss tuned on it; None: not tuned
     # the remaining-work distribution chosen on it for each workload (``predictor=cluster``;
-    # JSON, a workload it does not hold keeps DISTRIBUTIONS[0]); None: not chosen
-    distributions: str | None = None
+    # a workload it does not hold keeps DISTRIBUTIONS[0]); None: not chosen
+    distributions: Choices | None = None
 
     @classmethod
     def of(cls, config: ClusterConfig, files: Sequence[str | Path] = ()) -> ClusterHistory:
@@ -331,7 +337,7 @@ class ClusterHistory:
     def tuned_from(self, record: dict[str, Any]) -> ClusterHistory:
         """This history with the price and the distributions of tuning ``record`` (what
         :func:`~mara_agents.evaluation.tuning.tune_history` returns)."""
-        chosen = json.dumps(record["distribution"], sort_keys=True)
+        chosen = _choices(record)
         return dataclasses.replace(self, miss_cost=record["miss_cost"], distributions=chosen)
 
     def describes(self, config: ClusterConfig) -> bool:
@@ -352,7 +358,7 @@ class ClusterHistory:
         chooses where no choice was made."""
         if self.distributions is None:
             raise self._untuned("choice of distribution (hedge's predictor=")
-        return json.loads(self.distributions).get(jobs or self.jobs, DISTRIBUTIONS[0])
+        return dict(self.distributions).get(jobs or self.jobs, DISTRIBUTIONS[0])
 
     def _untuned(self, what: str) -> HistoryError:
         return HistoryError(

@@ -129,9 +129,9 @@ class MaraAgent:
         key, jobs = history_key(config), config.jobs or "none"
         if (key, jobs) not in self._on_cluster:
             trained = ClusterConfig.from_dict(dict(self.policy.meta.get("env") or {}))
-            chooses = self.policy.wrapper == CLUSTER_CHOICE
+            own = key == history_key(trained)  # the settings it was trained among
             fields: dict[str, Any] = {}
-            if key != history_key(trained) or chooses:
+            if not own or self.policy.wrapper == CLUSTER_CHOICE:
                 history = self.history
                 if history is None:
                     history = ClusterHistory.of(config)
@@ -142,10 +142,10 @@ class MaraAgent:
                     )
                 teacher = TeacherPlan.from_spec(features.teacher)
                 fields = history_fields(teacher, history, self.policy.wrapper, jobs)
-                if key != history_key(trained):  # else the settings it was trained among
-                    fields.update(prior_fields(history.prior))
-                else:
+                if own:  # its prior and price as recorded; only the workload's choice read
                     fields = {"task_work": fields["task_work"]}
+                else:
+                    fields.update(prior_fields(history.prior))
             # the recorded settings themselves where nothing differs
             fields = {k: v for k, v in fields.items() if getattr(features, k) != v}
             self._on_cluster[key, jobs] = (
