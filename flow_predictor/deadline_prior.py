@@ -142,12 +142,15 @@ class DeadlinePrior:
         r = self.log_ratios
         if self.log_windows is None:
             return np.broadcast_to(r, (len(window), len(r)))
+        return self._sorted_runs[self._runs_of(window)]
+
+    def _runs_of(self, window: np.ndarray) -> np.ndarray:
+        """The row of :attr:`_sorted_runs` read for each window: the history tasks nearest
+        in log window (a run of the sorted windows)."""
         runs = self._sorted_runs
         k = runs.shape[1]
         x = np.log(np.maximum(np.asarray(window, np.float64), 1e-9))
-        # the k history tasks nearest in log window: a run of the sorted windows
-        start = np.clip(np.searchsorted(self.log_windows, x) - k // 2, 0, len(runs) - 1)
-        return runs[start]
+        return np.clip(np.searchsorted(self.log_windows, x) - k // 2, 0, len(runs) - 1)
 
     @functools.cached_property
     def _sorted_runs(self) -> np.ndarray:
@@ -155,6 +158,32 @@ class DeadlinePrior:
         ratios sorted: row ``i`` starts at task ``i`` (computed once, read every tick)."""
         k = min(NEIGHBOURS, len(self.log_ratios))
         return np.sort(sliding_window_view(self.log_ratios, k), axis=1)
+
+    @functools.cached_property
+    def _run_medians(self) -> np.ndarray:
+        """The median log ratio of each row of :meth:`ratios_of`'s runs (or of the one
+        distribution of a prior without windows), computed once."""
+        if self.log_windows is None:
+            return np.array([np.median(self.log_ratios)])
+        return np.median(self._sorted_runs, axis=1)
+
+    def observed_load(self, sim: Any) -> float:
+        """The load the tasks that have arrived so far imply, by what their deadlines say:
+        the node-ticks each would need at its reference allocation under this prior's
+        median, summed over the tasks arrived by tick ``sim.t`` and divided by the node-ticks
+        the cluster has offered since tick 0 (``num_nodes * (t + 1)``).  A scheduler knows
+        every input: arrivals, deadlines, caps (it reads no task's work, nor the arrival
+        rate the workload was drawn with)."""
+        wl = sim.workload
+        arrived = np.flatnonzero(wl.arrival <= sim.t)
+        if not len(arrived):
+            return 0.0
+        allowed = (wl.deadline[arrived] - wl.arrival[arrived]).astype(np.float64)
+        n_ref = reference_nodes(wl, sim.config, arrived).astype(np.float64)
+        runs = 0 if self.log_windows is None else self._runs_of(allowed)
+        median = self._run_medians[runs]
+        demand = n_ref * allowed * np.exp(median)
+        return float(demand.sum() / (sim.config.num_nodes * (sim.t + 1)))
 
     def save(self, path: str | os.PathLike) -> None:
         """Write the prior as JSON (atomically)."""

@@ -127,6 +127,9 @@ class PlanRows:
     alpha: np.ndarray
     starts: np.ndarray  # int64, len = simulations + 1
     num_nodes: np.ndarray  # int64, each simulation's nodes
+    # each simulation's observed load under the wrapper's deadline prior
+    # (DeadlinePrior.observed_load; nan: no prior, or a plan that does not read it)
+    load: np.ndarray
 
 
 class SlotPlan(Protocol):
@@ -135,6 +138,7 @@ class SlotPlan(Protocol):
 
     columns: tuple[str, ...]  # the names of the columns it writes, in order
     levels: tuple[float, ...]  # the quantile levels of the predictions it reads
+    reads_load: bool  # whether it reads the cluster's observed load (PlanRows.load)
 
     def write(self, rows: PlanRows, out: np.ndarray) -> None:
         """Its columns of every task of ``rows`` into ``out`` (float32, tasks x columns)."""
@@ -167,9 +171,10 @@ class PredictorFeatures(BaseWrapper):
         self.predictor = predictor
         self._predictions = PredictionCache(predictor, settings.refresh)
         self._source: Any = self._predictions
+        self.prior: DeadlinePrior | None = None
         if settings.deadline_prior:
             windows = np.asarray(settings.deadline_windows) if settings.deadline_windows else None
-            prior = DeadlinePrior(np.asarray(settings.deadline_prior), {}, windows)
+            prior = self.prior = DeadlinePrior(np.asarray(settings.deadline_prior), {}, windows)
             if settings.task_work:
                 from flow_predictor.task_work import TaskWork, TaskWorkModel
 
@@ -334,12 +339,21 @@ def _fill_group(wrappers: Sequence[PredictorFeatures], plan: SlotPlan | None) ->
             alpha=typed[6],
             starts=np.array([0, *np.cumsum(sizes)], np.int64),
             num_nodes=np.array([sim.config.num_nodes for _, sim, _ in requests], np.int64),
+            load=np.array([_observed_load(w, sim, plan) for w, sim, _ in requests]),
         )
         plan.write(plan_rows, rows[:, len(PREDICTION_FEATURES) :])
     start = 0
     for w, _, tasks in requests:
         w._extra[: len(tasks)] = rows[start : start + len(tasks)]
         start += len(tasks)
+
+
+def _observed_load(wrapper: PredictorFeatures, sim: Any, plan: SlotPlan) -> float:
+    """The cluster's observed load under the wrapper's deadline prior where ``plan`` reads
+    it, else nan."""
+    if wrapper.prior is None or not plan.reads_load:
+        return np.nan
+    return wrapper.prior.observed_load(sim)
 
 
 def _joined(parts: list[np.ndarray]) -> np.ndarray:

@@ -72,14 +72,17 @@ def edf_order(sim: ClusterSim, tasks: np.ndarray | None = None) -> np.ndarray:
 def fill_in_order(sim: ClusterSim, order: np.ndarray, want: np.ndarray | None = None) -> np.ndarray:
     """Give tasks in ``order`` what they want (default: their cap) until nodes run out."""
     counts = np.zeros(len(sim.status), np.int64)
-    left = sim.config.num_nodes
     caps = sim.workload.cap[order] if want is None else np.minimum(want, sim.workload.cap[order])
-    for k, c in zip(order, caps):
-        if left <= 0:
-            break
-        counts[k] = min(int(c), left)
-        left -= counts[k]
+    counts[order] = fill_caps(caps, sim.config.num_nodes)
     return counts
+
+
+def fill_caps(wants: np.ndarray, nodes: int) -> np.ndarray:
+    """Counts of tasks in order (rows of ``wants``): each gets what it wants until the
+    ``nodes`` run out (the last one served gets what is left)."""
+    wants = np.maximum(np.asarray(wants, np.int64), 0)
+    before = np.cumsum(wants) - wants
+    return np.clip(int(nodes) - before, 0, wants)
 
 
 def ticks_needed(

@@ -50,6 +50,14 @@ the active tasks in earliest-deadline order:
    nodes, to kept tasks up to their caps, to exploring tasks up to theirs, and to the
    others: idle nodes help nobody.  Moves are priced by the planning itself: the chances
    and node-ticks count the tick a joining node loses.
+5. **Light load** (``light``, off by default).  While the cluster's *observed load* is below
+   ``light``, the nodes go in deadline order instead, each task its cap (earliest deadline
+   first).  The observed load is what the deadlines of the tasks arrived so far imply:
+   each one's work at its reference allocation under the deadline prior's median, summed
+   and divided by the node-ticks offered since tick 0
+   (:meth:`~flow_predictor.deadline_prior.DeadlinePrior.observed_load`).  It reads no
+   task's work and not the rate arrivals were drawn at; a distribution without a deadline
+   prior (``flow``, ``exact``) has none, and there ``light`` is refused.
 
 ``predictor="exact"`` runs the same code on each task's exact remaining
 work from its arrival on (``sim.remaining_true``: one sample, a degenerate distribution),
@@ -74,7 +82,7 @@ from the train split's tasks.  Its knobs were chosen on the validation split onl
 from __future__ import annotations
 
 import json
-from dataclasses import fields
+from dataclasses import fields, replace
 from typing import Any, Protocol
 
 import numpy as np
@@ -150,8 +158,9 @@ class Hedge(Scheduler):
     tasks of the workload the episode runs alone), or a deadline-prior JSON file, for every
     episode.  ``knobs``: the fields of
     :class:`~mara_agents.planning.hedge_rule.HedgeParams` (``confidence``, ``flow_spread``,
-    ``quantiles``, ``urgency``, ``miss_cost``), each at its default there unless given;
-    ``miss_cost="cluster"`` (the default) is the price tuned on the cluster's history.
+    ``quantiles``, ``urgency``, ``miss_cost``, ``light``), each at its default there unless
+    given; ``miss_cost="cluster"`` (the default) is the price tuned on the cluster's
+    history; ``light`` acts where the distribution reads a deadline prior (0 elsewhere).
 
     The cluster's history is handed in (:meth:`use_history`) by whoever runs the episodes;
     a scheduler used on its own reads the history of each episode's cluster
@@ -171,6 +180,13 @@ class Hedge(Scheduler):
             names = ", ".join(["predictor", "prior", *known])
             raise ValueError(f"hedge: unknown parameter {unknown[0]!r}; known: {names}")
         self.params = HedgeParams(**knobs)  # as given: miss_cost may name the cluster's price
+        if predictor not in READS_PRIOR:  # no deadline prior: no observed load to read
+            if knobs.get("light"):
+                raise ValueError(
+                    f"hedge: light={knobs['light']!r} reads the cluster's load off the "
+                    f"deadline prior, but predictor={predictor!r} uses none"
+                )
+            self.params = replace(self.params, light=0.0)
         if predictor in READS_FLOW | TASK_MODELS:
             from mara_agents.extras import require
 
@@ -295,5 +311,14 @@ class Hedge(Scheduler):
             wl.alpha[order],
             sim.config.num_nodes,
             self.planned,
+            self.observed_load(sim),
         )
         return counts, plan
+
+    def observed_load(self, sim: Any) -> float | None:
+        """The load the arrived tasks' deadlines imply under the prior planned with
+        (:meth:`~flow_predictor.deadline_prior.DeadlinePrior.observed_load`), read only
+        while ``light`` may act; None without a prior (``flow``, ``exact``)."""
+        if not self.planned.light or self.prior is None:
+            return None
+        return self.prior.observed_load(sim)

@@ -14,12 +14,13 @@ from dataclasses import asdict, dataclass, replace
 import numpy as np
 
 from mara_agents.planning.history import CLUSTER, check_source
-from mara_env.schedulers import spread, ticks_needed
+from mara_env.schedulers import fill_caps, spread, ticks_needed
 
 # The largest quantile count: a chance resolved to 1/4096; the planner's arrays grow with it
 # (tasks x quantiles x nodes).
 MAX_QUANTILES = 4096
 MAX_FLOW_SPREAD = 100.0
+MAX_LIGHT = 100.0
 
 
 @dataclass(frozen=True)
@@ -35,13 +36,17 @@ class HedgeParams:
     # (1: its nodes held to the deadline; CLUSTER: the price tuned on the cluster's
     # history, :attr:`ClusterHistory.miss_cost`, resolved per cluster by :meth:`on_cluster`)
     miss_cost: float | str = CLUSTER
+    # while the load the arrived tasks' deadlines imply (DeadlinePrior.observed_load) is
+    # below this, the plan is earliest deadline first at caps (0: never)
+    light: float = 0.0
 
     def to_dict(self) -> dict[str, float | int | str]:
-        """Plain values (for a teacher's spec); ``urgency`` only when it acts, so that such
-        a spec reads as it did before it existed."""
+        """Plain values (for a teacher's spec); ``urgency`` and ``light`` only when they act,
+        so that such a spec reads as it did before they existed."""
         values = asdict(self)
-        if not self.urgency:
-            del values["urgency"]
+        for key in ("urgency", "light"):
+            if not values[key]:
+                del values[key]
         return values
 
     @property
@@ -62,6 +67,7 @@ class HedgeParams:
                 f"a factor in (0, {MAX_FLOW_SPREAD:g}]",
             ),
             "urgency": (lambda v: 0 <= v <= 1, "a weight in [0, 1]"),
+            "light": (lambda v: 0 <= v <= MAX_LIGHT, f"a load in [0, {MAX_LIGHT:g}]"),
             "miss_cost": (
                 lambda v: 0 <= v <= 1,
                 f"a share of the time left in [0, 1], or {CLUSTER!r}",
@@ -82,6 +88,7 @@ class HedgeParams:
         object.__setattr__(self, "flow_spread", float(self.flow_spread))
         object.__setattr__(self, "quantiles", int(self.quantiles))
         object.__setattr__(self, "urgency", float(self.urgency))
+        object.__setattr__(self, "light", float(self.light))
         if self.miss_cost != CLUSTER:
             object.__setattr__(self, "miss_cost", float(self.miss_cost))
 
@@ -198,13 +205,17 @@ def plan_counts(
     alpha: np.ndarray,
     num_nodes: int,
     params: HedgeParams,
+    load: float | None = None,
 ) -> tuple[np.ndarray, HedgePlan]:
     """This tick's nodes of tasks in earliest-deadline order (rows of every array), and the
     plan of the ``~unknown`` ones: tasks whose prediction is ``unknown`` explore (step 1 of
     the specification: a uniform share of the nodes each, at least one, as LARA explores),
     the others are planned on ``num_nodes`` less theirs
     (:func:`hedge_plan`), and the nodes no kept task can use go to exploring tasks, then to
-    the others, up to their caps."""
+    the others, up to their caps.  While ``load`` (the cluster's observed load,
+    :meth:`~flow_predictor.deadline_prior.DeadlinePrior.observed_load`; None: unknown) is
+    below ``params.light``, the nodes go instead in deadline order, each task its cap
+    (earliest deadline first), and the plan is still returned."""
     if params.prices_by_cluster:
         raise ValueError(
             f"hedge: miss_cost={CLUSTER!r} is a price per cluster; plan with "
@@ -237,4 +248,6 @@ def plan_counts(
         got = counts[rows]
         left = spread(got, cap[rows], left)
         counts[rows] = got
+    if load is not None and load < params.light:
+        counts = fill_caps(cap, num_nodes)
     return counts, plan

@@ -109,6 +109,11 @@ class TeacherPlan:
         return self.hedge is not None and self.hedge.prices_by_cluster
 
     @property
+    def reads_load(self) -> bool:
+        """Whether this is a hedge plan whose ``light`` reads the observed load."""
+        return self.hedge is not None and self.hedge.light > 0
+
+    @property
     def levels(self) -> tuple[float, ...]:
         """The quantile levels the share rule reads: its want's and its triage's."""
         return (self.share.quantile, self.share.drop)
@@ -148,6 +153,7 @@ class TeacherPlan:
                 rows.alpha[part],
                 int(rows.num_nodes[s]),
                 self.hedge,
+                None if np.isnan(rows.load[s]) else float(rows.load[s]),
             )
             out[part, 1] = counts / rows.cap[part]
 

@@ -346,3 +346,73 @@ def test_the_rule_plans_only_on_a_resolved_price() -> None:
     with_it = TeacherPlan("hedge", FlowShareParams(), params)
     assert with_it.spec.endswith(":miss_cost=cluster")
     assert TeacherPlan.from_spec(with_it.spec) == with_it
+
+
+def test_observed_load_counts_the_arrived_tasks_by_what_their_deadlines_say() -> None:
+    # a prior without windows: every task's work is exp(log ratio) times the work its
+    # window would do at its reference allocation, here a median ratio of 1/2
+    prior = DeadlinePrior(np.log([0.25, 0.5, 1.0]), {})
+    tasks = [
+        {"deadline": 10, "work": 1.0, "cap": 2},  # n_ref 2, window 10: 10 node-ticks
+        {"arrival": 1, "deadline": 5, "work": 1.0, "cap": 8},  # n_ref 4, window 4: 8
+        {"arrival": 3, "deadline": 9, "work": 1e6, "cap": 1},  # not arrived by tick 1
+    ]
+    sim = hand_built(tasks, num_nodes=4)
+    assert prior.observed_load(sim) == pytest.approx(10 / (4 * 1))  # tick 0: task 0 only
+    sim.tick(np.full(4, -1))
+    assert prior.observed_load(sim) == pytest.approx((10 + 8) / (4 * 2))  # nor its work
+    # with windows, the median of the history tasks nearest in window, as ratios_of reads
+    shipped = DeadlinePrior.load(SHIPPED_PRIOR)
+    window = np.array([10.0, 4.0])
+    median = np.median(shipped.ratios_of(window), axis=1)
+    expected = (np.array([2, 4]) * window * np.exp(median)).sum() / (4 * 2)
+    assert shipped.observed_load(sim) == pytest.approx(expected)
+
+
+def test_light_load_plans_earliest_deadline_first_at_caps() -> None:
+    # 4 nodes, rows in deadline order; hedge keeps the cheap later task B and gives the
+    # urgent, uncertain A less than its cap; below `light` the plan is EDF's: A its cap
+    samples = np.array([[1.0, 6.0], [1.0, 1.0], [2.0, 2.0]])
+    args = (
+        samples,
+        np.zeros(3, bool),
+        np.array([3.0, 9.0, 9.0]),
+        np.array([3, 2, 2]),
+        np.zeros(3),
+        np.ones(3),
+        np.ones(3),
+        4,
+    )
+    params = HedgeParams(miss_cost=1.0, light=0.8)
+    plain, plan = plan_counts(*args, HedgeParams(miss_cost=1.0))
+    assert plan_counts(*args, params, 0.9)[0].tolist() == plain.tolist()  # not light
+    assert plan_counts(*args, params, None)[0].tolist() == plain.tolist()  # unknown
+    light, light_plan = plan_counts(*args, params, 0.5)
+    assert light.tolist() == [3, 1, 0] != plain.tolist()
+    assert (light_plan.chance == plan.chance).all()  # the plan is still returned
+    assert plan_counts(*args, HedgeParams(miss_cost=1.0, light=0.0), 0.0)[0].tolist() == (
+        plain.tolist()
+    )  # light=0: never
+
+
+def test_hedge_turns_to_edf_only_while_its_cluster_is_light(episode_setup) -> None:  # noqa: F811
+    from mara_env.schedulers import EDF
+
+    cfg, traces = episode_setup
+    light = make_scheduler("hedge:predictor=deadline:light=100")  # always light
+    heavy = make_scheduler("hedge:predictor=deadline:light=0")
+    edf = EDF()
+    sim = ClusterSim(cfg, traces)
+    sim.reset(np.random.default_rng(3))
+    for s in (light, heavy, edf):
+        s.reset(sim, np.random.default_rng(0))
+    differs = 0
+    while not sim.done:
+        counts = light.allocate(sim)
+        assert counts.tolist() == edf.allocate(sim).tolist()
+        differs += counts.tolist() != heavy.allocate(sim).tolist()
+        sim.tick(light.assign(sim))
+    assert differs > 0
+    # a distribution without a deadline prior has no observed load: the knob is refused
+    with pytest.raises(SpecError, match="light"):
+        make_scheduler("hedge:predictor=exact:light=1")

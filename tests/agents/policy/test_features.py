@@ -110,6 +110,7 @@ def test_share_features_let_a_node_realise_flow_share_exactly():
         (CLUSTER_CHOICE, None, "hedge", "philly"),
         (FLOW_DEADLINE, None, "hedge:predictor=flow+deadline", None),
         (FLOW_DEADLINE, "hedge:miss_cost=1", "hedge:predictor=flow+deadline:miss_cost=1", None),
+        (CLUSTER_CHOICE, "hedge:light=0.9", "hedge:light=0.9", None),
     ],
     ids=[
         "task: hedge on the calibrated model",
@@ -117,6 +118,7 @@ def test_share_features_let_a_node_realise_flow_share_exactly():
         "cluster: the default teacher, hedge's own, Philly's days",
         "flow+deadline: hedge on the fused prior",
         "flow+deadline: a miss charged to the deadline",
+        "cluster: earliest deadline first while the observed load is light",
     ],
 )
 def test_prior_features_predict_from_arrival_and_share_is_the_hedge_plan(
@@ -146,7 +148,7 @@ def test_prior_features_predict_from_arrival_and_share_is_the_hedge_plan(
     )
     teacher = make_scheduler(spec)
     col = {n: B + i for i, n in enumerate(ADDED_FEATURES)}
-    checked = 0
+    checked, modes = 0, set()
     for obs, sim, visible in round_starts(e, SchedulerAgent(teacher), seed=4):
         tasks = e.unwrapped.engine.slot_tasks[visible]
         slots = obs["observation"][8:].reshape(k, -1)[visible]
@@ -156,7 +158,10 @@ def test_prior_features_predict_from_arrival_and_share_is_the_hedge_plan(
             share = np.rint(slots[:, col["pred_share"]] * sim.workload.cap[tasks])
             np.testing.assert_array_equal(share, want)
             checked += 1
+            load = teacher.observed_load(sim)
+            modes.add(load is not None and load < teacher.planned.light)
     assert checked > 10
+    assert modes == ({False, True} if teacher.planned.light else {False})  # both, if light
 
 
 def test_the_wrapper_alone_predicts_and_a_plan_only_adds_its_columns():
