@@ -68,12 +68,7 @@ def tune_miss_cost(
     after the first: the mean lead and its half-width, overall and per workload and
     load) and ``miss_cost``."""
     planners = [Hedge(predictor=TUNED_WITH, miss_cost=float(m)) for m in candidates]
-    total = len(HISTORY_JOBS) * len(HISTORY_LOADS) * len(planners) * episodes
-    bar = progress_bar(total, progress, "miss_cost")
-    try:
-        rates = _paired_rates(settings, planners, HISTORY_JOBS, episodes, seed, bar)
-    finally:
-        bar.close()
+    rates = _paired_rates(settings, planners, episodes, seed, progress, "miss_cost")
     kept, leads = _leads(rates, [f"{float(m):g}" for m in candidates])
     chosen = float(candidates[kept])
     return {
@@ -86,19 +81,32 @@ def tune_miss_cost(
 def _paired_rates(
     settings: dict[str, Any],
     planners: Sequence[Hedge],
-    jobs: Sequence[str],
     episodes: int,
     seed: int,
-    bar: Any,
+    progress: bool,
+    desc: str,
 ) -> dict[tuple[str, float], np.ndarray]:
     """Completion rates of ``planners`` (rows) on the same ``episodes`` train episodes
-    (columns) per workload of ``jobs`` and load of :data:`HISTORY_LOADS` of a cluster of
-    ``settings``, each planner handed that workload's history."""
+    (columns) per workload of :data:`HISTORY_JOBS` and load of :data:`HISTORY_LOADS` of a
+    cluster of ``settings``, each planner handed that workload's history (a progress bar
+    named ``desc`` with ``progress``)."""
+    total = len(HISTORY_JOBS) * len(HISTORY_LOADS) * len(planners) * episodes
+    bar = progress_bar(total, progress, desc)
+    try:
+        return _played(settings, planners, episodes, seed, bar)
+    finally:
+        bar.close()
+
+
+def _played(
+    settings: dict[str, Any], planners: Sequence[Hedge], episodes: int, seed: int, bar: Any
+) -> dict[tuple[str, float], np.ndarray]:
+    """:func:`_paired_rates`, each episode counted on ``bar``."""
     from mara_env import schedulers
 
     traces = load_traces(settings.get("traces"), split=HISTORY_SPLIT)
     rates: dict[tuple[str, float], np.ndarray] = {}
-    for job in jobs:
+    for job in HISTORY_JOBS:
         for load in HISTORY_LOADS:
             config = ClusterConfig(
                 **settings, split=HISTORY_SPLIT, load=load, jobs=None if job == "none" else job
@@ -156,12 +164,7 @@ def choose_distribution(
     Returns ``distribution`` (by workload) and ``distribution_leads`` (by workload, as
     :func:`tune_miss_cost`'s ``leads``)."""
     planners = [Hedge(predictor=c, miss_cost=float(miss_cost)) for c in candidates]
-    total = len(HISTORY_JOBS) * len(HISTORY_LOADS) * len(planners) * episodes
-    bar = progress_bar(total, progress, "distribution")
-    try:
-        rates = _paired_rates(settings, planners, HISTORY_JOBS, episodes, seed, bar)
-    finally:
-        bar.close()
+    rates = _paired_rates(settings, planners, episodes, seed, progress, "distribution")
     chosen, leads = {}, {}
     for job in HISTORY_JOBS:
         kept, leads[job] = _leads({k: r for k, r in rates.items() if k[0] == job}, list(candidates))
