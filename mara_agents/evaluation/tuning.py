@@ -102,6 +102,7 @@ def _played(
     settings: dict[str, Any], planners: Sequence[Hedge], episodes: int, seed: int, bar: Any
 ) -> dict[tuple[str, float], np.ndarray]:
     """:func:`_paired_rates`, each episode counted on ``bar``."""
+    from flow_predictor.model import single_threaded
     from mara_env import schedulers
 
     traces = load_traces(settings.get("traces"), split=HISTORY_SPLIT)
@@ -118,9 +119,9 @@ def _played(
                 h.use_history(history)
                 played.append([])
                 for s in seeds:
-                    played[-1].append(
-                        schedulers.run_episode(h, config, traces, s)["completion_rate"]
-                    )
+                    with single_threaded():  # as run_spec: small decisions, one thread
+                        m = schedulers.run_episode(h, config, traces, s)
+                    played[-1].append(m["completion_rate"])
                     bar.update(1)
             rates[job, load] = np.array(played)
     return rates
