@@ -28,7 +28,7 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 
-from mara_agents.policy.network import MINE_INDEX, MaraNet, ObsLayout
+from mara_agents.policy.network import MINE_INDEX, MaraNet, ObsLayout, RoundEncoding
 from mara_env import node_view
 
 Obs = dict[str, torch.Tensor]
@@ -136,7 +136,8 @@ def greedy_fixed_point(
     the fixed point of teacher forcing on a guess (Jacobi decoding), ``window`` nodes at a
     time.
 
-    Start from every node staying on the slot it served (idle if none).  A pass scores
+    Start from :func:`first_guess` (the plan's placement, else every node staying).  Any
+    start gives the same actions; a good one saves passes.  A pass scores
     the window of nodes after the settled ones, given the settled nodes' actions and the
     guess for the window's earlier nodes (one call of the head); the argmax is the next
     guess.  The window's nodes up to its first changed action (in any round of the batch)
@@ -149,8 +150,7 @@ def greedy_fixed_point(
     k = net.layout.num_slots
     enc = net.encode(obs["slots"], obs["action_mask"], reads=False)  # valid choices only
     score_node, idle_node = net.encode_nodes(obs["nodes"])
-    slot = obs["node_slot"].long()
-    acts = torch.where(slot >= 0, slot, k)
+    acts = first_guess(obs, enc, k)
     ctx = round_context(obs, k)
     b, n = acts.shape
     logits = enc.h.new_empty(b, n, k + 1)
@@ -171,6 +171,30 @@ def greedy_fixed_point(
         before += F.one_hot(new[:, :settled], k + 1)[..., :k].sum(1)
         done += settled
     return acts, logits
+
+
+def first_guess(obs: Obs, enc: RoundEncoding, k: int) -> torch.Tensor:
+    """A guess ``(B, N)`` at a round's greedy actions, where :func:`greedy_fixed_point`
+    starts: with the plan's counts (``plan_gap``: :attr:`RoundEncoding.plan`), the nodes
+    placed as :func:`mara_env.schedulers.place` places a plan (in slot order): a node
+    stays while its slot's count has room for it after the earlier nodes that served the
+    slot, and the others, in node order, fill the room left slot by slot (idle when none
+    is left); without a plan, every node stays on the slot it served (idle if none).  A
+    policy that follows its plan then settles a round in one pass (1.06 passes a round for
+    ``mara_v18`` at load 2, against 2.37 from staying)."""
+    slot = obs["node_slot"].long()
+    stay = torch.where(slot >= 0, slot, k)
+    if enc.plan is None:
+        return stay
+    count = enc.plan[..., 0].long()  # (B, W): the encoded slots only
+    width = count.shape[1]
+    one_hot = _slot_onehot(slot, width)  # a slot beyond the width has no count: the node moves
+    earlier = one_hot.cumsum(1) - one_hot  # nodes before each that served the same slot
+    stays = (one_hot * (earlier < count[:, None])).sum(-1) > 0
+    room = (count - (one_hot * stays[..., None]).sum(1)).clamp(min=0)
+    mover = (~stays).long().cumsum(1) - 1  # each moving node's place among the movers
+    target = torch.searchsorted(room.cumsum(-1), mover, right=True)
+    return torch.where(stays, slot, torch.where(target < width, target, k))
 
 
 def _sample_in_turn(

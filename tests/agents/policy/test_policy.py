@@ -217,8 +217,9 @@ def test_the_harness_agent_leaves_torch_threads_alone() -> None:
         ModelConfig(stay_bias=0.0),
         ModelConfig(stay_bias=2.0, attention_layers=2, heads=2),
         ModelConfig(independent=True, work_conserving=True),
+        ModelConfig(plan_gap=True),
     ],
-    ids=["plain", "stay-bias-two-blocks", "independent-work-conserving"],
+    ids=["plain", "stay-bias-two-blocks", "independent-work-conserving", "plan-gap"],
 )
 def test_greedy_decoding_gives_each_node_its_argmax_given_the_earlier_nodes(
     config: ModelConfig,
@@ -254,6 +255,23 @@ def test_greedy_decoding_gives_each_node_its_argmax_given_the_earlier_nodes(
         checked += 1
         view.play(rng.integers(0, view.action_space.nvec[0], size=12))
     assert checked >= 20
+
+
+def test_the_greedy_decoders_first_guess_places_the_plan_as_place_does() -> None:
+    """With a plan, the decoder starts from the plan's placement: a node stays while its
+    slot's count has room after the earlier nodes that served it; the others, in node
+    order, fill what is left slot by slot, then idle.  Without one, every node stays."""
+    from mara_agents.policy.network import RoundEncoding
+    from mara_agents.policy.rounds import first_guess
+
+    k, empty = 5, torch.zeros(0)
+    obs = {"node_slot": torch.tensor([[0, 0, 1, -1, 2, 2, 4]])}
+    plan = torch.tensor([[[1, 4], [2, 4], [0, 4], [1, 1]]], dtype=torch.float32)  # width 4
+    enc = RoundEncoding(empty, empty, empty, empty, empty, plan)
+    # node 0 stays on slot 0 (count 1), node 2 on slot 1 (count 2); node 1 takes slot 1's
+    # room, node 3 slot 3's; nodes 4 and 5 (slot 2: count 0) and 6 (beyond the width) idle
+    assert first_guess(obs, enc, k).tolist() == [[0, 1, 1, 3, k, k, k]]
+    assert first_guess(obs, enc._replace(plan=None), k).tolist() == [[0, 0, 1, k, 2, 2, 4]]
 
 
 def test_a_policy_of_another_scorer_width_is_evaluated_through_the_harness(tmp_path) -> None:
