@@ -84,8 +84,8 @@ def harness(
 
 def policy_round(config: ClusterConfig, traces: TraceSet, seed: int = 0) -> None:
     """Part 3: one round of the shipped policy, decoded greedily as the harness acts."""
-    from flow_predictor.model import single_threaded
     from mara_env.round_env import RoundEnv
+    from mara_env.threads import single_threaded
 
     agent = build("mara=")
     config = dataclasses.replace(config, num_slots=agent.slots_for(config.num_nodes))

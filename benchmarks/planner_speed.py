@@ -36,7 +36,6 @@ import time
 
 import numpy as np
 
-from flow_predictor.model import single_threaded
 from mara_agents.baselines.hedge import TASK_MODELS, Hedge
 from mara_agents.baselines.lookahead import Lookahead
 from mara_agents.evaluation.runner import build, episode_seed
@@ -46,6 +45,7 @@ from mara_env.cluster_env import raw_env
 from mara_env.config import ClusterConfig
 from mara_env.round_env import RoundEnv
 from mara_env.schedulers import Scheduler, edf_order, place
+from mara_env.threads import single_threaded
 from mara_env.traces import load_traces
 
 # the predictions timed, the calibrated model first (what the default reads on synthetic

@@ -301,7 +301,7 @@ def machine_line() -> str:
     second, so the ratio moves with their balance from one machine to the next."""
     import timeit
 
-    from flow_predictor.model import single_threaded
+    from mara_env.threads import single_threaded
 
     loop = min(timeit.repeat("sum(range(1000))", number=2000, repeat=5)) / 2000
     a, w = np.ones((256, 128), np.float32), np.ones((128, 128), np.float32)

@@ -9,18 +9,15 @@ numpy, for inference; training uses torch).
 
 from __future__ import annotations
 
-import contextlib
-import functools
 import math
-from collections.abc import Iterator
 from dataclasses import asdict, dataclass
-from typing import Any
 
 import numpy as np
 import torch
 import torch.nn.functional as F
-from threadpoolctl import ThreadpoolController
 from torch import nn
+
+from mara_env.threads import single_threaded
 
 
 @dataclass(frozen=True)
@@ -102,33 +99,6 @@ def cfm_loss(
     xt, ut = linear_path(x0, x1, t)
     err = (net(xt, t, net.encode(cond)) - ut) ** 2 * mask
     return err.sum() / mask.sum().clamp_min(1.0)
-
-
-@functools.lru_cache(maxsize=1)
-def _blas_libraries() -> tuple[Any, ...]:
-    """threadpoolctl's handles of the BLAS libraries numpy uses."""
-    return tuple(c for c in ThreadpoolController().lib_controllers if c.user_api == "blas")
-
-
-@contextlib.contextmanager
-def single_threaded() -> Iterator[None]:
-    """numpy's BLAS and torch on one thread inside, the caller's thread counts restored
-    after: the small arrays of a scheduler tick or a decision round only pay for more
-    threads (up to 100x slower on a busy host), and contend with other worker processes."""
-    libs = _blas_libraries()
-    threads = [lib.get_num_threads() for lib in libs]
-    torch_threads = torch.get_num_threads()
-    for lib in libs:
-        lib.set_num_threads(1)
-    if torch_threads != 1:
-        torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        for lib, n in zip(libs, threads):
-            lib.set_num_threads(n)
-        if torch_threads != 1:
-            torch.set_num_threads(torch_threads)
 
 
 def _silu_(h: np.ndarray) -> np.ndarray:

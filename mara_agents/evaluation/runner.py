@@ -47,6 +47,7 @@ from mara_env.atomic import atomic_write, signals_deferred
 from mara_env.cluster import ClusterState
 from mara_env.config import ClusterConfig
 from mara_env.schedulers import Scheduler, SchedulerAgent, run_episode
+from mara_env.threads import single_threaded
 from mara_env.traces import TraceSet, load_traces
 
 
@@ -95,8 +96,6 @@ def run_spec(
         if backend is not None:
             raise SpecError(f"{spec!r} is a bound computed from true work: it cannot run live")
         return made(config, traces, seed)
-    from flow_predictor.model import single_threaded  # here: importing this module needs no torch
-
     # An episode is a sequence of small decisions: more threads only contend, with each
     # other and with the other worker processes (a scheduler's CPU time up to 1.8x).
     with single_threaded():

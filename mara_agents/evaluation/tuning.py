@@ -39,6 +39,7 @@ from mara_agents.planning.history import (
     tuning_record,
 )
 from mara_env.config import ClusterConfig
+from mara_env.threads import single_threaded
 from mara_env.traces import load_traces
 
 # the distribution the tuning hedge plans on: the flow model fused with the deadline
@@ -102,7 +103,6 @@ def _played(
     settings: dict[str, Any], planners: Sequence[Hedge], episodes: int, seed: int, bar: Any
 ) -> dict[tuple[str, float], np.ndarray]:
     """:func:`_paired_rates`, each episode counted on ``bar``."""
-    from flow_predictor.model import single_threaded
     from mara_env import schedulers
 
     traces = load_traces(settings.get("traces"), split=HISTORY_SPLIT)

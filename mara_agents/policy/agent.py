@@ -14,7 +14,6 @@ from typing import Any
 
 import numpy as np
 
-from flow_predictor.model import single_threaded
 from flow_predictor.remaining import FLOW_SAMPLES
 from flow_predictor.wrapper import CLUSTER_CHOICE
 from mara_agents.planning.history import ClusterHistory, history_key
@@ -29,6 +28,7 @@ from mara_agents.policy.features import (
 from mara_agents.policy.inference import MaraPolicy, load_policy, slots_for
 from mara_agents.policy.policy_file import SHIPPED_POLICY, read_policy, trained_nodes
 from mara_env.config import ClusterConfig
+from mara_env.threads import single_threaded
 
 
 class MaraAgent:
