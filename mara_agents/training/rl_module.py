@@ -107,7 +107,12 @@ class RoundDistribution(TorchDistribution):
         return self._dist.entropy().sum(-1)
 
     def kl(self, other: RoundDistribution) -> torch.Tensor:
-        return torch.distributions.kl.kl_divergence(self._dist, other._dist).sum(-1)
+        """KL(self || other), summed over the nodes: sum p (log p - log q) on the normalised
+        logits.  torch's Categorical KL is inf wherever ``other``'s probability underflows to
+        0 in float32 (a sharp policy's far tail, a logit gap above about 104) while this
+        one's does not; PPO's adaptive KL coefficient then grows on a meaningless inf."""
+        p, q = self._dist, other._dist
+        return (p.probs * (p.logits - q.logits)).sum((-2, -1))
 
     def to_deterministic(self) -> TorchDeterministic:
         return TorchDeterministic(loc=self._dist.logits.argmax(-1))

@@ -157,3 +157,25 @@ def test_the_round_distribution_is_rllibs_multi_categorical() -> None:
     for a, b in zip(*results):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
     assert ours.from_logits(logits.flatten(1)).to_deterministic().sample().shape == (64, n)
+
+
+def test_the_round_distributions_kl_stays_finite_where_probabilities_underflow() -> None:
+    """A sharp policy's far tail underflows to probability 0 in float32: the KL is then the
+    sum of p (log p - log q) (float64's value), not torch's inf; masked actions add 0."""
+    from mara_agents.policy.network import MASKED_LOGIT
+    from mara_agents.training.rl_module import RoundDistribution
+
+    old = torch.tensor([[0.0, -100.0, MASKED_LOGIT, 0.5, 0.0, -3.0]])  # 2 nodes, K + 1 = 3
+    new = torch.tensor([[0.0, -120.0, MASKED_LOGIT, 0.0, 0.5, -3.0]])
+    assert torch.isinf(
+        torch.distributions.kl_divergence(
+            torch.distributions.Categorical(logits=old.view(2, 3)),
+            torch.distributions.Categorical(logits=new.view(2, 3)),
+        ).sum()
+    )
+    kl = RoundDistribution.from_logits(old, 2).kl(RoundDistribution.from_logits(new, 2))
+    p = torch.log_softmax(old.double().view(2, 3), -1)
+    q = torch.log_softmax(new.double().view(2, 3), -1)
+    want = (p.exp() * (p - q)).nan_to_num().sum()
+    assert torch.isfinite(kl).all()
+    torch.testing.assert_close(kl.double(), want.view(1), rtol=1e-5, atol=1e-7)
