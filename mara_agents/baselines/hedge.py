@@ -82,7 +82,7 @@ from the train split's tasks.  Its knobs were chosen on the validation split onl
 from __future__ import annotations
 
 import json
-from dataclasses import fields, replace
+from dataclasses import fields
 from typing import Any, Protocol
 
 import numpy as np
@@ -180,13 +180,11 @@ class Hedge(Scheduler):
             names = ", ".join(["predictor", "prior", *known])
             raise ValueError(f"hedge: unknown parameter {unknown[0]!r}; known: {names}")
         self.params = HedgeParams(**knobs)  # as given: miss_cost may name the cluster's price
-        if predictor not in READS_PRIOR:  # no deadline prior: no observed load to read
-            if knobs.get("light"):
-                raise ValueError(
-                    f"hedge: light={knobs['light']!r} reads the cluster's load off the "
-                    f"deadline prior, but predictor={predictor!r} uses none"
-                )
-            self.params = replace(self.params, light=0.0)
+        if predictor not in READS_PRIOR and self.params.light:  # no prior: no observed load
+            raise ValueError(
+                f"hedge: light={knobs['light']!r} reads the cluster's load off the "
+                f"deadline prior, but predictor={predictor!r} uses none"
+            )
         if predictor in READS_FLOW | TASK_MODELS:
             from mara_agents.extras import require
 

@@ -90,40 +90,36 @@ def _paired_rates(
     """Completion rates of ``planners`` (rows) on the same ``episodes`` train episodes
     (columns) per workload of :data:`HISTORY_JOBS` and load of :data:`HISTORY_LOADS` of a
     cluster of ``settings``, each planner handed that workload's history (a progress bar
-    named ``desc`` with ``progress``)."""
-    total = len(HISTORY_JOBS) * len(HISTORY_LOADS) * len(planners) * episodes
-    bar = progress_bar(total, progress, desc)
-    try:
-        return _played(settings, planners, episodes, seed, bar)
-    finally:
-        bar.close()
-
-
-def _played(
-    settings: dict[str, Any], planners: Sequence[Hedge], episodes: int, seed: int, bar: Any
-) -> dict[tuple[str, float], np.ndarray]:
-    """:func:`_paired_rates`, each episode counted on ``bar``."""
+    named ``desc`` with ``progress``), on one thread as the harness's episodes."""
     from mara_env import schedulers
 
     traces = load_traces(settings.get("traces"), split=HISTORY_SPLIT)
+    total = len(HISTORY_JOBS) * len(HISTORY_LOADS) * len(planners) * episodes
+    bar = progress_bar(total, progress, desc)
     rates: dict[tuple[str, float], np.ndarray] = {}
-    for job in HISTORY_JOBS:
-        for load in HISTORY_LOADS:
-            config = ClusterConfig(
-                **settings, split=HISTORY_SPLIT, load=load, jobs=None if job == "none" else job
-            )
-            history = ClusterHistory.of(config)
-            seeds = [episode_seed(seed, load, i) for i in range(episodes)]
-            played = []
-            for h in planners:
-                h.use_history(history)
-                played.append([])
-                for s in seeds:
-                    with single_threaded():  # as run_spec: small decisions, one thread
-                        m = schedulers.run_episode(h, config, traces, s)
-                    played[-1].append(m["completion_rate"])
-                    bar.update(1)
-            rates[job, load] = np.array(played)
+    try:
+        with single_threaded():
+            for job in HISTORY_JOBS:
+                for load in HISTORY_LOADS:
+                    config = ClusterConfig(
+                        **settings,
+                        split=HISTORY_SPLIT,
+                        load=load,
+                        jobs=None if job == "none" else job,
+                    )
+                    history = ClusterHistory.of(config)
+                    seeds = [episode_seed(seed, load, i) for i in range(episodes)]
+                    played = []
+                    for h in planners:
+                        h.use_history(history)
+                        played.append([])
+                        for s in seeds:
+                            m = schedulers.run_episode(h, config, traces, s)
+                            played[-1].append(m["completion_rate"])
+                            bar.update(1)
+                    rates[job, load] = np.array(played)
+    finally:
+        bar.close()
     return rates
 
 
