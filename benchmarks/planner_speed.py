@@ -25,6 +25,8 @@ Then the lookahead teacher (``lookahead``, its default knobs) on the first
 ``--lookahead-episodes`` of those episodes: its whole decision per tick (hedge's
 predictions, plan, candidates and rollouts) against hedge's predictions plus planning, and
 its CPU seconds per episode.
+Each episode runs on one thread, as the harness plays it (``run_spec``); the untimed
+episodes first load torch, so that it too is held to one thread.
 Goal: planning at most 5 ms per tick on 16 nodes.  CPU-clock figures: steadier than wall
 time on a shared machine, still higher while other jobs run.
 """
@@ -65,17 +67,18 @@ def timed_episode(
     hedge.reset(sim, np.random.default_rng([seed, 1]))
     clock = time.process_time
     predict, plan, active = [], [], []
-    while not sim.done:
-        t0 = clock()
-        order = edf_order(sim)
-        rw = hedge.predictions(sim, order)
-        t1 = clock()
-        counts, _ = hedge.plan(sim, order, rw)
-        t2 = clock()
-        predict.append(t1 - t0)
-        plan.append(t2 - t1)
-        active.append(len(order))
-        sim.tick(place(sim, counts))
+    with single_threaded():
+        while not sim.done:
+            t0 = clock()
+            order = edf_order(sim)
+            rw = hedge.predictions(sim, order)
+            t1 = clock()
+            counts, _ = hedge.plan(sim, order, rw)
+            t2 = clock()
+            predict.append(t1 - t0)
+            plan.append(t2 - t1)
+            active.append(len(order))
+            sim.tick(place(sim, counts))
     return predict, plan, active, sim.metrics()["completion_rate"]
 
 
@@ -89,11 +92,12 @@ def decision_episode(
     scheduler.reset(sim, np.random.default_rng([seed, 1]))
     clock = time.process_time
     decide = []
-    while not sim.done:
-        t0 = clock()
-        counts = scheduler.allocate(sim)
-        decide.append(clock() - t0)
-        sim.tick(place(sim, counts))
+    with single_threaded():
+        while not sim.done:
+            t0 = clock()
+            counts = scheduler.allocate(sim)
+            decide.append(clock() - t0)
+            sim.tick(place(sim, counts))
     return decide, sim.metrics()["completion_rate"]
 
 
@@ -107,14 +111,14 @@ def policy_episode(agent, config: ClusterConfig, traces, seed: int) -> tuple[lis
     rounds = RoundEnv(env)
     clock = time.process_time
     decide, observed = [], []
-    while not rounds.engine.finished:
-        t0 = clock()
-        actions = agent.act_round(env)
-        decide.append(clock() - t0)
-        observed.append(agent._rounds.observe())
-        rounds.play(actions)
-    t0 = clock()
     with single_threaded():
+        while not rounds.engine.finished:
+            t0 = clock()
+            actions = agent.act_round(env)
+            decide.append(clock() - t0)
+            observed.append(agent._rounds.observe())
+            rounds.play(actions)
+        t0 = clock()
         for obs in observed:
             agent.policy.act_round(obs)
     return decide, (clock() - t0) / max(1, len(observed))
