@@ -1,7 +1,7 @@
 """CPU milliseconds per tick of the hedge planner (``mara_agents.baselines.hedge``).
 
 How to run:   python benchmarks/planner_speed.py [--nodes 16,64] [--loads 1.0,2.0]
-                  [--episodes 2] [--lookahead-episodes 1] [--split val] [--urgency 0]
+                  [--episodes 2] [--lookahead-episodes 1] [--split val] [--urgency 1]
 Runs the harness's episodes (base seed 0, synthetic) of ``hedge:predictor=task`` (the
 calibrated remaining-work model, which reads the flow model and the deadline prior too:
 what hedge's default ``predictor=cluster`` plans on for synthetic episodes),
@@ -41,6 +41,7 @@ import numpy as np
 from mara_agents.baselines.hedge import TASK_MODELS, Hedge
 from mara_agents.baselines.lookahead import Lookahead
 from mara_agents.evaluation.runner import build, episode_seed
+from mara_agents.planning.hedge_rule import DEFAULTS
 from mara_agents.planning.history import ClusterHistory
 from mara_env.cluster import ClusterSim
 from mara_env.cluster_env import raw_env
@@ -140,7 +141,11 @@ def main() -> None:
     )
     p.add_argument("--split", default="val", help="trace split (default val)")
     p.add_argument(
-        "--urgency", type=float, default=0.0, help="hedge's urgency knob, in [0, 1] (default 0)"
+        "--urgency",
+        type=float,
+        default=DEFAULTS.urgency,
+        help=f"hedge's urgency knob, in [0, 1] (default {DEFAULTS.urgency:g}, hedge's; its "
+        f"wait is hedge's, {DEFAULTS.wait} ticks)",
     )
     args = p.parse_args()
     if not 0 <= args.urgency <= 1:

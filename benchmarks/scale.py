@@ -5,7 +5,7 @@ How to run:   python benchmarks/scale.py [--nodes 16,64,256,512] [--episodes 2]
 
 For each cluster size N, on the same episodes (seeds as the harness draws them), in this
 process, each of these runs an episode in turn (so other load on the machine hits all
-alike), timed in CPU seconds of the process:
+alike), timed in CPU seconds of the process, on one thread as the harness plays it:
 
 * ``env``: the bare AEC env under uniformly random valid actions (``agent_iter`` +
   ``last`` + a choice from the mask, as ``env_speed.py`` drives it);
@@ -41,6 +41,7 @@ from mara_agents.policy.features import policy_predictor, wrap
 from mara_env.cluster_env import play_random, raw_env
 from mara_env.config import ClusterConfig
 from mara_env.schedulers import Scheduler, run_episode
+from mara_env.threads import single_threaded
 from mara_env.traces import TraceSet, load_traces
 
 METHODS = ("env", "wrapper", "flow_share", "lara", "policy")
@@ -116,7 +117,8 @@ def main() -> None:
             for m in METHODS:  # alternating: each method once per episode, in turn
                 bar.set_postfix_str(f"N={n} {m}")
                 start = time.process_time()
-                ticks = run[m](config, traces, seed)
+                with single_threaded():  # as the harness plays an episode (run_spec)
+                    ticks = run[m](config, traces, seed)
                 per[m].append((time.process_time() - start) / (ticks * n))
                 bar.update()
         for m in METHODS:

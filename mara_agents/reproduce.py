@@ -45,6 +45,7 @@ ALL_SPECS = (
     # rules of thumb and our own heuristic
     "flow_share",
     "hedge",  # admission and counts on the distribution the cluster's history chose
+    "hedge:urgency=0",  # ... without weighing what waiting would lose (mara_v18's teacher)
     "hedge:predictor=task",  # ... on the calibrated remaining-work model (synthetic: hedge)
     "hedge:predictor=task-no-flow",  # ... on that model fitted without the flow model
     "hedge:predictor=flow+deadline",  # ... on the flow samples fused with the deadline prior
@@ -57,11 +58,10 @@ ALL_SPECS = (
     "random",
 )
 # The main job's headline (plain ``mara reproduce``, within 6 minutes on 2 cores): MARA,
-# its teacher on each thing it may know (the calibrated model, the flow model fused with
-# the deadline prior, exact work), LARA's planner on exact work, the literature's
-# deadline-aware schedulers and the rules of thumb.  The schedulers that plan through the
-# flow model alone (the costliest per episode after MARA), hedge on the deadline prior
-# alone and the deadline-model table come with --all.
+# its teacher (on the calibrated model, without urgency, and on exact work), LARA's
+# planner on exact work, the literature's deadline-aware schedulers and the rules of
+# thumb.  The schedulers that plan through the flow model (the costliest per episode after
+# MARA), hedge on the deadline prior alone and the deadline-model table come with --all.
 DEFAULT_SPECS = (
     "mara",
     "oracle",
@@ -71,7 +71,7 @@ DEFAULT_SPECS = (
     "tiresias",
     "fifo",
     "hedge",
-    "hedge:predictor=flow+deadline",
+    "hedge:urgency=0",
     "uniform",
     "edf",
 )
@@ -82,6 +82,7 @@ REPLAY_SPECS = (
     "oracle",
     "hedge:predictor=exact",
     "hedge",
+    "hedge:urgency=0",
     "hedge:predictor=task",
     "hedge:predictor=flow+deadline",
     "hedge:predictor=flow",
@@ -98,6 +99,7 @@ REPLAY_LOADS = (1.0, 2.0)
 DEADLINE_SPECS = (
     "mara",
     "hedge",
+    "hedge:urgency=0",
     "hedge:predictor=flow+deadline",
     "hedge:miss_cost=1",
     "hedge:predictor=deadline",
@@ -117,7 +119,14 @@ DEFAULT_JOBS_EPISODES = 20
 # rounds of each of DAGGER_RECIPES in turn, the first from the last PPO stage.
 RECIPE = Path(__file__).resolve().parents[1] / "experiments" / "mara_hedge.yaml"
 PPO_RECIPES = (RECIPE.with_name("mara_hedge_group.yaml"),)
-DAGGER_STAGES = ("mara_hedge_jobs", "mara_plan_gap", "mara_miss_cost", "mara_task", "mara_cluster")
+DAGGER_STAGES = (
+    "mara_hedge_jobs",
+    "mara_plan_gap",
+    "mara_miss_cost",
+    "mara_task",
+    "mara_cluster",
+    "mara_wait",
+)
 DAGGER_RECIPES = tuple(RECIPE.with_name(f"{name}.yaml") for name in DAGGER_STAGES)
 # Beside each PPO stage's run: the SHA-256 of the weights the stage started from.
 ORIGIN = "init_weights.sha256"

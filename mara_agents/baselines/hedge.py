@@ -42,10 +42,12 @@ the active tasks in earliest-deadline order:
    kept only while no cheaper completions compete for them, and it re-competes every tick
    as the distribution sharpens.  With ``urgency`` ``u > 0`` a count's value is
    ``p_k(n) - u * p'_k(n)`` instead of ``p_k(n)``, where ``p'_k(n)`` is the chance of the
-   same count started a tick later (every node cold): what waiting a tick would lose.  A
+   same count started ``wait`` ticks later (every node cold): what waiting would lose.  A
    task that loses nothing by waiting is then left to the leftover nodes (step 4), and the
    nodes go first to tasks whose deadlines cannot wait.  The pursued test still reads
-   ``p_k``.
+   ``p_k``.  The wait is longer than a tick because a task passed over now is passed over
+   again while the cluster stays busy: on a distribution, what one tick loses is a sliver
+   of every task's tail, and weighing it sends nodes to the tasks least sure to finish.
 4. **This tick.** Leftover nodes go, round-robin in deadline order, to kept tasks' warm
    nodes, to kept tasks up to their caps, to exploring tasks up to theirs, and to the
    others: idle nodes help nobody.  Moves are priced by the planning itself: the chances
@@ -158,9 +160,10 @@ class Hedge(Scheduler):
     tasks of the workload the episode runs alone), or a deadline-prior JSON file, for every
     episode.  ``knobs``: the fields of
     :class:`~mara_agents.planning.hedge_rule.HedgeParams` (``confidence``, ``flow_spread``,
-    ``quantiles``, ``urgency``, ``miss_cost``, ``light``), each at its default there unless
-    given; ``miss_cost="cluster"`` (the default) is the price tuned on the cluster's
-    history; ``light`` acts where the distribution reads a deadline prior (0 elsewhere).
+    ``quantiles``, ``urgency``, ``wait``, ``miss_cost``, ``light``), each at its default
+    there unless given; ``miss_cost="cluster"`` (the default) is the price tuned on the
+    cluster's history; ``light`` acts where the distribution reads a deadline prior (0
+    elsewhere).
 
     The cluster's history is handed in (:meth:`use_history`) by whoever runs the episodes;
     a scheduler used on its own reads the history of each episode's cluster

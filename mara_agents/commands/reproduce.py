@@ -6,8 +6,8 @@ episodes (env v3's default padded deadlines), then on replayed test days of a cl
 job trace (--jobs, the shipped Philly trace by default), and writes OUT/summary.md, CSVs,
 plots (completion vs load, predictor error vs prefix fraction, an example episode's
 allocation) and TensorBoard logs (docs/reproduce.md says how long it takes: about 6
-minutes on 2 cores).  --all runs every table of docs/results.md instead: all 22
-schedulers, and eleven of them also under the unbiased and blind deadline models (about
+minutes on 2 cores).  --all runs every table of docs/results.md instead: all 24
+schedulers, and twelve of them also under the unbiased and blind deadline models (about
 30 minutes on 2 cores).  --full first retrains the predictor and the shipped policy's recipe
 from the experiment YAMLs (behaviour cloning of the hedge planner, a PPO stage, DAgger
 stages; hours on 2 cores; needs the rllib extra; resumable stage by stage) and evaluates
@@ -69,7 +69,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--all",
         action="store_true",
         help="every table of docs/results.md: all its schedulers (unless --schedulers), and "
-        "the deadline-model table (eleven of them under the unbiased and blind deadline "
+        "the deadline-model table (twelve of them under the unbiased and blind deadline "
         "models too, on the same seeds); about 30 minutes on 2 cores",
     )
     parser.add_argument(

@@ -21,6 +21,7 @@ from mara_env.schedulers import fill_caps, spread, ticks_needed
 MAX_QUANTILES = 4096
 MAX_FLOW_SPREAD = 100.0
 MAX_LIGHT = 100.0
+MAX_WAIT = 1000
 
 
 @dataclass(frozen=True)
@@ -31,7 +32,8 @@ class HedgeParams:
     confidence: float = 0.05  # a task is pursued only if some count has this chance
     flow_spread: float = 2.0  # flow+deadline: the flow model's log spread times this
     quantiles: int = 256  # task, flow+deadline, deadline: evenly spaced quantiles read
-    urgency: float = 0.0  # a step's value: chance now less this times the chance after a wait
+    urgency: float = 1.0  # a step's value: chance now less this times the chance after a wait
+    wait: int = 15  # urgency's wait, in ticks (acts only with urgency > 0)
     # node-ticks a sample that misses the deadline is charged: this share of the time left
     # (1: its nodes held to the deadline; CLUSTER: the price tuned on the cluster's
     # history, :attr:`ClusterHistory.miss_cost`, resolved per cluster by :meth:`on_cluster`)
@@ -41,12 +43,15 @@ class HedgeParams:
     light: float = 0.0
 
     def to_dict(self) -> dict[str, float | int | str]:
-        """Plain values (for a teacher's spec); ``urgency`` and ``light`` only when they act,
-        so that such a spec reads as it did before they existed."""
+        """Plain values (for a teacher's spec); ``wait`` only with ``urgency``, and ``light``
+        only when it acts, so that a spec without it reads as it did before it existed
+        (a spec without ``urgency`` was written while urgency was off:
+        :func:`~mara_agents.policy.policy_file.recorded_teacher`)."""
         values = asdict(self)
-        for key in ("urgency", "light"):
-            if not values[key]:
-                del values[key]
+        if not values["light"]:
+            del values["light"]
+        if not values["urgency"]:
+            del values["wait"]
         return values
 
     @property
@@ -67,6 +72,10 @@ class HedgeParams:
                 f"a factor in (0, {MAX_FLOW_SPREAD:g}]",
             ),
             "urgency": (lambda v: 0 <= v <= 1, "a weight in [0, 1]"),
+            "wait": (
+                lambda v: 1 <= v <= MAX_WAIT and float(v).is_integer(),
+                f"a whole number of ticks in [1, {MAX_WAIT}]",
+            ),
             "light": (lambda v: 0 <= v <= MAX_LIGHT, f"a load in [0, {MAX_LIGHT:g}]"),
             "miss_cost": (
                 lambda v: 0 <= v <= 1,
@@ -88,6 +97,7 @@ class HedgeParams:
         object.__setattr__(self, "flow_spread", float(self.flow_spread))
         object.__setattr__(self, "quantiles", int(self.quantiles))
         object.__setattr__(self, "urgency", float(self.urgency))
+        object.__setattr__(self, "wait", int(self.wait))
         object.__setattr__(self, "light", float(self.light))
         if self.miss_cost != CLUSTER:
             object.__setattr__(self, "miss_cost", float(self.miss_cost))
@@ -151,14 +161,16 @@ def hedge_plan(
     capacity: int,
     miss_cost: float,
     confidence: float = DEFAULTS.confidence,
-    urgency: float = DEFAULTS.urgency,
+    urgency: float = 0.0,
+    wait: int = 1,
 ) -> HedgePlan:
     """Steps 2-4 of the module docstring for tasks in earliest-deadline order, on
     ``capacity`` free nodes.  Nodes that no kept task can use are left for the caller
     (``Hedge.plan`` gives them to exploring tasks, then to the others).  With ``urgency``
     ``u > 0`` the knapsack weighs ``p_k(n) - u * p'_k(n)`` instead of ``p_k(n)``, where
-    ``p'_k(n)`` is the chance of the same count started a tick later (every node cold): the
-    chance waiting a tick would lose."""
+    ``p'_k(n)`` is the chance of the same count started ``wait`` ticks later (every node
+    cold): the chance waiting would lose.  (Off here unless given; the planner's defaults
+    are :class:`HedgeParams`', which :func:`plan_counts` passes.)"""
     k = len(samples)
     counts = np.zeros(k, np.int64)
     if k == 0:
@@ -168,7 +180,7 @@ def hedge_plan(
     value = chance
     if urgency > 0:
         later, _ = finish_chances(
-            samples, time_left - 1, cap, np.zeros_like(warm), rate, alpha, miss_cost
+            samples, time_left - wait, cap, np.zeros_like(warm), rate, alpha, miss_cost
         )
         value = chance - urgency * later
     open_ = np.isfinite(cost) & pursued[:, None]
@@ -241,6 +253,7 @@ def plan_counts(
         params.miss_cost,
         params.confidence,
         params.urgency,
+        params.wait,
     )
     counts[planned] = plan.counts
     left = num_nodes - int(counts.sum())

@@ -66,7 +66,7 @@ FORMAT = "mara-policy"
 # 3: MaraNet encodes the slots once per round and adds the per-node features in its head
 # (v2 weights belong to the network that encoded the slots per node).
 VERSION = 3
-SHIPPED_POLICY = Path(__file__).parent / "shipped" / "mara_v18.pt"
+SHIPPED_POLICY = Path(__file__).parent / "shipped" / "mara_v19.pt"
 REQUIRED_KEYS = ("layout", "model", "wrapper", "state_dict")
 
 
@@ -202,14 +202,21 @@ def _prices_by_cluster(teacher: str) -> bool:
 
 def recorded_teacher(spec: str) -> str:
     """A teacher spec as a file records it, in today's words: a hedge teacher's
-    ``miss_cost=history`` is ``miss_cost=cluster``, and a hedge spec without ``miss_cost``
-    was written while a miss was charged its nodes to the deadline (1) by default."""
+    ``miss_cost=history`` is ``miss_cost=cluster``; a hedge spec without ``miss_cost``
+    was written while a miss was charged its nodes to the deadline (1) by default, one
+    without ``urgency`` while urgency was off (0) by default, and one with ``urgency`` but
+    no ``wait`` while urgency's wait was one tick."""
     name, *params = spec.split(":")
     if name != "hedge":
         return spec
     keys = [p.partition("=")[0] for p in params]
     params = ["miss_cost=cluster" if p == "miss_cost=history" else p for p in params]
-    return ":".join([name, *params, *([] if "miss_cost" in keys else ["miss_cost=1.0"])])
+    added = [] if "miss_cost" in keys else ["miss_cost=1.0"]
+    if "urgency" not in keys:
+        added.append("urgency=0.0")
+    elif "wait" not in keys:
+        added.append("wait=1")
+    return ":".join([name, *params, *added])
 
 
 def _settings(
@@ -249,7 +256,7 @@ def teacher_of_old_header(path: str | Path, data: dict[str, Any], samples: int) 
                 raise ValueError(f"hedge's {key} was removed; only {key}={inert!r} can be read")
         if rule not in (None, FlowShareParams()):
             raise ValueError(f"a hedge teacher reads the share rule's defaults, not {share!r}")
-        knobs = HedgeParams(**{"quantiles": samples, "miss_cost": 1.0, **hedge})
+        knobs = HedgeParams(**{"quantiles": samples, "miss_cost": 1.0, "urgency": 0.0, **hedge})
     except (TypeError, ValueError) as exc:
         raise PolicyFileError(
             f"{path}: 'flow_share' {share!r} and 'hedge' {hedge!r} are not a teacher: {exc}"

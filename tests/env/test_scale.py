@@ -117,6 +117,6 @@ def test_a_policy_off_its_trained_size_says_so_once_and_results_do_not_depend_on
     lines = [line for line in capfd.readouterr().err.splitlines() if "warning" in line]
     assert len(lines) == 2, lines  # one per run
     assert lines[0] == lines[1]
-    assert lines[0].startswith("warning: mara: policy mara_v18.pt")
+    assert lines[0].startswith("warning: mara: policy mara_v19.pt")
     assert "N=16 nodes with K=64 slots" in lines[0] and "N=24 nodes with K=96 slots" in lines[0]
     assert size_note("", config.replace(num_nodes=16)) is None

@@ -111,18 +111,61 @@ def test_urgency_serves_the_task_that_cannot_wait() -> None:
     assert (plain.chance == urgent.chance).all()  # the plan reports chances, not values
 
 
-def test_urgency_off_writes_the_teacher_spec_as_before() -> None:
+def test_urgency_weighs_what_waiting_its_wait_would_lose() -> None:
+    # 1 node, 1 unit of work per node-tick, a joining node loses its first tick.  A: work
+    # 2, due in 6 ticks (3 ticks on the node: in time now, or a tick later, not 4 later).
+    # B: work 1, due in 8 (2 ticks; in time 4 ticks later too).  Plain hedge takes the
+    # most chance per node-tick, B.  Waiting one tick loses neither task anything, so with
+    # urgency over one tick neither is kept; over 4 ticks A would miss, and A is served.
+    one = np.ones(2)
+    args = (
+        np.array([[2.0], [1.0]]),
+        np.array([6.0, 8.0]),
+        np.array([1, 1]),
+        0 * one,
+        one,
+        one,
+        1,
+        1.0,
+    )
+    assert hedge_plan(*args).counts.tolist() == [0, 1]
+    assert hedge_plan(*args, urgency=1.0).counts.tolist() == [0, 0]
+    assert hedge_plan(*args, urgency=1.0, wait=4).counts.tolist() == [1, 0]
+    assert hedge_plan(*args, wait=4).counts.tolist() == [0, 1]  # no urgency: wait is inert
+
+
+def test_wait_is_written_with_urgency_and_an_old_urgency_spec_waited_a_tick() -> None:
+    from mara_agents.planning.hedge_rule import HedgeParams
+    from mara_agents.planning.share_rule import FlowShareParams
+    from mara_agents.policy.features import TeacherPlan
+    from mara_agents.policy.policy_file import recorded_teacher
+
+    on = TeacherPlan("hedge", FlowShareParams(), HedgeParams(urgency=1.0, wait=10))
+    assert ":urgency=1.0:wait=10:" in on.spec
+    assert TeacherPlan.from_spec(on.spec).hedge == on.hedge  # reads back
+    off = TeacherPlan("hedge", FlowShareParams(), HedgeParams(urgency=0.0, wait=10))
+    assert "wait" not in off.spec  # inert without urgency: not written
+    old = "hedge:confidence=0.05:flow_spread=2.0:quantiles=256:urgency=1.0:miss_cost=cluster"
+    assert TeacherPlan.from_spec(recorded_teacher(old)).hedge.wait == 1
+    assert recorded_teacher(on.spec) == on.spec
+
+
+def test_the_teacher_spec_writes_urgency_and_an_old_spec_reads_as_before() -> None:
     from mara_agents.planning.hedge_rule import HedgeParams
     from mara_agents.planning.share_rule import FlowShareParams
     from mara_agents.policy.features import HEDGE_TEACHER, TeacherPlan
+    from mara_agents.policy.policy_file import recorded_teacher
 
     plain = "hedge:confidence=0.05:flow_spread=2.0:quantiles=256"
-    assert HEDGE_TEACHER == f"{plain}:miss_cost=cluster"  # the one default: hedge's own
-    on = TeacherPlan("hedge", FlowShareParams(), HedgeParams(urgency=0.5))
-    assert ":urgency=0.5:" in on.spec
-    assert TeacherPlan.from_spec(on.spec).hedge.urgency == 0.5  # reads back
+    assert HEDGE_TEACHER == f"{plain}:urgency=1.0:wait=15:miss_cost=cluster"  # hedge's own
+    off = TeacherPlan("hedge", FlowShareParams(), HedgeParams(urgency=0.0))
+    assert off.spec == f"{plain}:urgency=0.0:miss_cost=cluster"  # written: 0 is no default
+    assert TeacherPlan.from_spec(off.spec).hedge.urgency == 0.0  # reads back
+    # mara_v18's record, written while urgency was off by default, reads as it meant
+    v18 = f"{plain}:miss_cost=cluster"
+    assert TeacherPlan.from_spec(recorded_teacher(v18)).hedge == HedgeParams(urgency=0.0)
     cheap = TeacherPlan("hedge", FlowShareParams(), HedgeParams(miss_cost=0.1))
-    assert cheap.spec == f"{plain}:miss_cost=0.1"
+    assert cheap.spec == f"{plain}:urgency=1.0:wait=15:miss_cost=0.1"
     assert TeacherPlan.from_spec(cheap.spec).hedge.miss_cost == 0.1
 
 
@@ -202,6 +245,8 @@ def test_whole_episodes_are_valid_and_deterministic(spec, episode_setup) -> None
         ("hedge:quantiles=0", "quantiles=0"),
         ("hedge:urgency=2", "urgency=2; expected a weight in [0, 1]"),
         ("hedge:urgency=-0.5", "urgency=-0.5; expected a weight in [0, 1]"),
+        ("hedge:urgency=1:wait=0", "wait=0; expected a whole number of ticks in [1, 1000]"),
+        ("hedge:urgency=1:wait=2.5", "wait=2.5; expected a whole number of ticks"),
         ("hedge:miss_cost=1.5", "miss_cost=1.5; expected a share of the time left in [0, 1]"),
         ("hedge:miss_cost=histroy", "miss_cost='histroy'; expected a share of the time left"),
         ("hedge:quantiles=2.5", "quantiles=2.5; expected a whole number"),

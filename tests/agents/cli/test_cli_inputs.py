@@ -322,7 +322,7 @@ def test_export_refuses_a_missing_checkpoint_and_an_unwritable_out(tmp_path, cap
     ("path", "kind"),
     [
         ("flow_predictor/checkpoints/flow_v3.pt", "is a 'mara-flow-predictor' file"),
-        ("mara_agents/policy/shipped/mara_v18.pt", "is a policy file already"),
+        ("mara_agents/policy/shipped/mara_v19.pt", "is a policy file already"),
         ("experiments/mara.yaml", "not a torch state dict"),
     ],
 )

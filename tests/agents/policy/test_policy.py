@@ -291,14 +291,14 @@ def test_a_policy_of_another_scorer_width_is_evaluated_through_the_harness(tmp_p
     assert (rates[f"mara={path}"] == rates["uniform"]).all()  # the same episodes
 
 
-# (completed, expired, reassignments, wasted node-ticks) of the shipped policy (mara_v18)
+# (completed, expired, reassignments, wasted node-ticks) of the shipped policy (mara_v19)
 # on val episodes 0-2 of `mara evaluate` at loads 1 and 2 (N = 16), as it decided when it
 # was shipped. A decision can flip on another CPU where the flow features round
 # differently in the last bit (see tests/predictor/test_flow_compiled.py): completions and expiries
 # are pinned exactly, the counts of moves within 3 %.
 SHIPPED_EPISODES = {
-    1.0: [(46, 4, 220, 250), (46, 4, 219, 310), (46, 7, 261, 383)],
-    2.0: [(77, 24, 296, 687), (85, 21, 301, 618), (84, 17, 307, 540)],
+    1.0: [(46, 4, 235, 265), (47, 3, 268, 298), (46, 7, 344, 452)],
+    2.0: [(83, 18, 436, 802), (97, 9, 484, 562), (91, 10, 473, 591)],
 }
 
 

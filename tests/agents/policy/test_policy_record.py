@@ -58,7 +58,9 @@ def test_the_shipped_policy_records_what_it_was_trained_with_and_loads_silently(
 
     assert recorded_teacher(HEDGE_TEACHER.replace("=cluster", "=history")) == HEDGE_TEACHER
     assert policy.features.teacher == HEDGE_TEACHER
-    assert HEDGE_TEACHER == "hedge:confidence=0.05:flow_spread=2.0:quantiles=256:miss_cost=cluster"
+    assert HEDGE_TEACHER == (
+        "hedge:confidence=0.05:flow_spread=2.0:quantiles=256:urgency=1.0:wait=15:miss_cost=cluster"
+    )
     assert policy.features.miss_cost == policy.features.plan.hedge.miss_cost == 0.1
 
 
@@ -82,8 +84,11 @@ def test_an_old_header_reads_as_the_teacher_spec_it_meant(tmp_path):
     )
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # the old keys name the teacher: nothing is missing
-        # written while a miss was charged to the deadline (1) by default
-        assert load_policy(old).features.teacher == HEDGE_TEACHER.replace("cluster", "1.0")
+        # written while a miss was charged to the deadline (1) and urgency was off (0) by
+        # default
+        assert load_policy(old).features.teacher == (
+            "hedge:confidence=0.05:flow_spread=2.0:quantiles=256:urgency=0.0:miss_cost=1.0"
+        )
     # written before hedge had its own quantile count: the flow samples'
     older = {"flow_share": DEFAULTS.to_dict(), "hedge": {"confidence": 0.05, "tail": 0.0}}
     assert ":quantiles=32:" in teacher_of_old_header("p", older, 32)
@@ -103,10 +108,10 @@ def test_an_old_header_reads_as_the_teacher_spec_it_meant(tmp_path):
 
 
 def test_a_teacher_spec_reads_back_as_itself_and_bad_ones_are_named():
-    spec = "hedge:confidence=0.1:flow_spread=1.5:quantiles=64:miss_cost=1.0"
+    spec = "hedge:confidence=0.1:flow_spread=1.5:quantiles=64:urgency=0.5:wait=3:miss_cost=1.0"
     settings = FeatureSettings(spec)
     assert settings.teacher == spec
-    assert settings.plan.hedge == HedgeParams(0.1, 1.5, 64, miss_cost=1.0)
+    assert settings.plan.hedge == HedgeParams(0.1, 1.5, 64, 0.5, 3, miss_cost=1.0)
     assert FeatureSettings("hedge", miss_cost=0.1).teacher == HEDGE_TEACHER
     assert FeatureSettings("flow_share").teacher == SHARE_TEACHER
     for bad, words in [
@@ -149,8 +154,9 @@ def test_the_recorded_settings_are_the_ones_acted_with(tmp_path):
     )
     agent = MaraAgent(path)
     features = agent.policy.features
-    # recorded before miss_cost had the cluster's price as its default: it meant 1
-    assert (features.teacher, features.samples) == (f"{teacher}:miss_cost=1.0", 64)
+    # recorded before miss_cost had the cluster's price as its default (it meant 1), and
+    # while urgency was off by default
+    assert (features.teacher, features.samples) == (f"{teacher}:urgency=0.0:miss_cost=1.0", 64)
     assert agent._predictor.noise.shape[0] == 64
     aec = env(num_nodes=4, num_slots=agent.slots_for(4), horizon=6, split="val")
     aec.reset(seed=0)
