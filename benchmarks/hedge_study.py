@@ -1,7 +1,7 @@
 """What prediction costs the hedge planner: the same planner on degraded exact work.
 
 How to run:   python benchmarks/hedge_study.py [--episodes 10] [--loads 1.0,2.0]
-                  [--sigmas 0.3,0.6] [--calibrated 0.25,0.5] [--urgency 0]
+                  [--sigmas 0.3,0.6] [--calibrated 0.25,0.5] [--urgency 0] [--wait 15]
                   [--split val] [--workers 2]
 Runs ``hedge`` (mara_agents/baselines/hedge.py, with ``--urgency``) on the harness's
 episodes (base seed 0, 16 nodes, ``padded`` deadlines) fed, in turn: each task's exact
@@ -32,6 +32,7 @@ from flow_predictor.remaining import MIN_RATIO, MIN_REPORTS, RemainingWork
 from mara_agents.baselines.hedge import Hedge
 from mara_agents.evaluation.runner import episode_seed
 from mara_agents.evaluation.stats import mean_ci
+from mara_agents.planning.hedge_rule import DEFAULTS
 from mara_env.cluster import ClusterSim
 from mara_env.config import ClusterConfig
 from mara_env.schedulers import run_episode
@@ -89,12 +90,12 @@ class Calibrated(LateExact):
         return RemainingWork(left, np.zeros(len(tasks), bool))
 
 
-def planner(feed: str, seed: int, urgency: float = 0.0) -> Hedge:
-    """The hedge planner (``urgency``) on ``feed``: ``exact``, ``deadline``, ``flow``,
-    ``flow+deadline``, ``wait``, ``sigma=S`` or ``calibrated=S``."""
+def planner(feed: str, seed: int, urgency: float = 0.0, wait: int = DEFAULTS.wait) -> Hedge:
+    """The hedge planner (``urgency`` over ``wait`` ticks) on ``feed``: ``exact``,
+    ``deadline``, ``flow``, ``flow+deadline``, ``wait``, ``sigma=S`` or ``calibrated=S``."""
     if feed in ("exact", "deadline", "flow", "flow+deadline"):
-        return Hedge(predictor=feed, urgency=urgency)
-    hedge = Hedge(predictor="exact", urgency=urgency)
+        return Hedge(predictor=feed, urgency=urgency, wait=wait)
+    hedge = Hedge(predictor="exact", urgency=urgency, wait=wait)
     sigma = 0.0 if feed == "wait" else float(feed.split("=")[1])
     if feed.startswith("calibrated="):
         hedge._predictions = Calibrated(sigma, seed, hedge.params.quantiles)
@@ -103,12 +104,12 @@ def planner(feed: str, seed: int, urgency: float = 0.0) -> Hedge:
     return hedge
 
 
-def episode(job: tuple[str, float, int, str, float]) -> tuple[str, float, int, float]:
+def episode(job: tuple[str, float, int, str, float, int]) -> tuple[str, float, int, float]:
     """Completion rate of one episode of ``feed`` at ``load``."""
-    feed, load, i, split, urgency = job
+    feed, load, i, split, urgency, wait = job
     config = ClusterConfig(split=split, load=load)
     seed = episode_seed(0, load, i)
-    m = run_episode(planner(feed, seed, urgency), config, load_traces(split=split), seed)
+    m = run_episode(planner(feed, seed, urgency, wait), config, load_traces(split=split), seed)
     return feed, load, i, m["completion_rate"]
 
 
@@ -130,6 +131,12 @@ def main() -> None:
     p.add_argument(
         "--urgency", type=float, default=0.0, help="the planner's urgency knob (default 0)"
     )
+    p.add_argument(
+        "--wait",
+        type=int,
+        default=DEFAULTS.wait,
+        help=f"urgency's wait in ticks (default {DEFAULTS.wait}, hedge's)",
+    )
     p.add_argument("--split", default="val", help="trace split (default val)")
     p.add_argument("--workers", type=int, default=2, help="worker processes (default 2)")
     args = p.parse_args()
@@ -137,6 +144,8 @@ def main() -> None:
         p.error("--episodes must be >= 2 (paired intervals)")
     if not 0 <= args.urgency <= 1:
         p.error(f"--urgency {args.urgency}: expected a weight in [0, 1]")
+    if args.wait < 1:
+        p.error(f"--wait {args.wait}: expected a whole number of ticks >= 1")
     try:
         sigmas = [float(v) for v in args.sigmas.split(",") if v]
         spreads = [float(v) for v in args.calibrated.split(",") if v]
@@ -155,7 +164,7 @@ def main() -> None:
         "flow+deadline",
     ]
     jobs = [
-        (f, load, i, args.split, args.urgency)
+        (f, load, i, args.split, args.urgency, args.wait)
         for f in feeds
         for load in loads
         for i in range(args.episodes)
@@ -164,7 +173,7 @@ def main() -> None:
     with ProcessPoolExecutor(args.workers, mp_context=context) as pool:
         rates = {(f, load, i): r for f, load, i, r in pool.map(episode, jobs)}
     print(
-        f"hedge (urgency {args.urgency:g}) on degraded work, {args.split}, "
+        f"hedge (urgency {args.urgency:g}, wait {args.wait}) on degraded work, {args.split}, "
         f"{args.episodes} episodes per load:"
     )
     for load in loads:
