@@ -298,7 +298,8 @@ def plot_completion(df: pd.DataFrame, path: str | os.PathLike, subject: str = PO
     s = summarise(df)
     specs = list(dict.fromkeys(s["scheduler"]))
     styles = line_styles(specs, subject)
-    fig, ax = plt.subplots(figsize=(7.5, 4))
+    # tall enough for the legend beside it: a line of it per spec
+    fig, ax = plt.subplots(figsize=(7.5, max(4.0, 0.22 * len(specs) + 0.6)))
     for spec in _legend_order(specs, subject):
         g = s[s["scheduler"] == spec]
         st = styles[spec]
