@@ -129,26 +129,49 @@ def finish_chances(
     held from now on finish within ``time_left``, and the node-ticks they then hold (until
     done; a sample that misses the deadline is charged ``miss_cost`` times the time left),
     averaged over the samples (``inf`` beyond the cap; count 0: chance 0, no node-ticks)."""
-    k = len(samples)
-    n = np.arange(1, int(cap.max(initial=1)) + 1, dtype=np.float64)
-    ticks = ticks_needed(
+    n = _counts(cap)
+    return _chances_and_costs(_ticks(samples, n, warm, rate, alpha), n, time_left, cap, miss_cost)
+
+
+def _counts(cap: np.ndarray) -> np.ndarray:
+    """The node counts ``1..max(cap)`` the chances are read at."""
+    return np.arange(1, int(cap.max(initial=1)) + 1, dtype=np.float64)
+
+
+def _ticks(
+    samples: np.ndarray, n: np.ndarray, warm: np.ndarray, rate: np.ndarray, alpha: np.ndarray
+) -> np.ndarray:
+    """Ticks each sample (tasks x samples) needs on each count of ``n`` (last axis)."""
+    return ticks_needed(
         samples[:, :, None],
         n[None, None, :],
         warm[:, None, None],
         rate[:, None, None],
         alpha[:, None, None],
     )
-    left = time_left[:, None, None]
+
+
+def _in_time(
+    ticks: np.ndarray, n: np.ndarray, time_left: np.ndarray, cap: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Which samples' ``ticks`` fit in ``time_left``, and the chance per count (0 beyond the
+    cap, and a column of 0 for count 0)."""
     with np.errstate(invalid="ignore"):  # inf work: never in time, a miss
-        ok = ticks <= left
-        held = np.where(ok, ticks, miss_cost * left)
+        ok = ticks <= time_left[:, None, None]
     chance = ok.mean(axis=1)
+    chance[n[None, :] > cap[:, None]] = 0.0
+    return ok, np.hstack([np.zeros((len(ticks), 1)), chance])
+
+
+def _chances_and_costs(
+    ticks: np.ndarray, n: np.ndarray, time_left: np.ndarray, cap: np.ndarray, miss_cost: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`finish_chances` of ``ticks`` (:func:`_ticks`)."""
+    ok, chance = _in_time(ticks, n, time_left, cap)
+    held = np.where(ok, ticks, miss_cost * time_left[:, None, None])
     cost = n[None, :] * held.mean(axis=1)
-    over = n[None, :] > cap[:, None]
-    chance[over] = 0.0
-    cost[over] = np.inf
-    zero = np.zeros((k, 1))
-    return np.hstack([zero, chance]), np.hstack([zero, cost])
+    cost[n[None, :] > cap[:, None]] = np.inf
+    return chance, np.hstack([np.zeros((len(ticks), 1)), cost])
 
 
 def hedge_plan(
@@ -175,14 +198,19 @@ def hedge_plan(
     counts = np.zeros(k, np.int64)
     if k == 0:
         return HedgePlan(counts, np.zeros(0, bool), np.zeros((0, 1)))
-    chance, cost = finish_chances(samples, time_left, cap, warm, rate, alpha, miss_cost)
+    n = _counts(cap)
+    ticks = _ticks(samples, n, warm, rate, alpha)
+    chance, cost = _chances_and_costs(ticks, n, time_left, cap, miss_cost)
     pursued = (chance >= confidence - 1e-12).any(axis=1)
     value = chance
     if urgency > 0:
-        later, _ = finish_chances(
-            samples, time_left - wait, cap, np.zeros_like(warm), rate, alpha, miss_cost
-        )
-        value = chance - urgency * later
+        # on cold nodes: a task holding none needs the ticks it needs now
+        hot = warm > 0
+        cold = ticks
+        if hot.any():
+            cold = ticks.copy()
+            cold[hot] = _ticks(samples[hot], n, np.zeros(int(hot.sum())), rate[hot], alpha[hot])
+        value = chance - urgency * _in_time(cold, n, time_left - wait, cap)[1]
     open_ = np.isfinite(cost) & pursued[:, None]
     column = np.arange(chance.shape[1])[None, :]
     rows = np.arange(k)
