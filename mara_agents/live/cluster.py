@@ -275,6 +275,8 @@ class LiveCluster(ClusterState):
                     "joined": int((mine & (self.node_task != k)).sum()),
                     "status": v["status"],
                     "fresh": bool(v.get("fresh", False)),
+                    # whether rank 0's worker built the job this slice (a staying one keeps it)
+                    "built": bool(v.get("built", False)),
                     "steps": v.get("steps", np.nan),
                     "slice_steps": v.get("slice_steps", np.nan),
                     "evals": len(evals),

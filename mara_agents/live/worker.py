@@ -125,7 +125,8 @@ class NodeWorker:
                     "traceback": "",
                     "communication": True,
                 }
-            if self._key != key:
+            built = self._key != key
+            if built:
                 self._release()
                 trainer = make_trainer(spec["trainer"], spec["params"], spec["seed"])
                 if state is not None:
@@ -168,6 +169,7 @@ class NodeWorker:
                 "rank": rank,
                 "steps": int(trainer.steps),
                 "slice_steps": int(trainer.steps - start_steps),
+                "built": built,  # this slice built (and restored) the job: set-up paid
                 "setup_s": setup_s,
                 "train_s": train_s,
                 # the running estimate of a step (its evaluation included) the slice stopped

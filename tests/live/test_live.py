@@ -129,7 +129,8 @@ def test_the_shipped_policy_schedules_real_jobs(tmp_path):
     used = slices["setup_s"] + slices["train_s"] + slices["eval_s"]
     assert (used + slices["step_estimate_s"] > 0.97).all()
     assert (slices.loc[slices["slice_steps"] > 0, "step_estimate_s"] > 0).all()
-    assert (slices.loc[~slices["fresh"], "setup_s"] < 0.05).all()  # staying workers keep it
+    assert not slices.loc[~slices["fresh"], "built"].any()  # staying workers keep the job
+    assert slices.loc[slices["fresh"] & (slices["slice_steps"] > 0), "built"].all()
     for name in ("summary.md", "gantt.png", "throughput.csv", "journal.jsonl"):
         assert (out / name).stat().st_size > 0
     assert list((out / "tb").glob("events.out.tfevents.*"))
