@@ -19,8 +19,8 @@ writes the record :func:`tuning_record` describes; :data:`SHIPPED_CHOICES` holds
 shipped tunings.  How users set deadlines decides which price pays (a cluster whose
 deadlines carry the size well loses by pricing misses low), and what a workload's jobs
 look like decides which distribution pays (the calibrated model was fitted mostly on
-synthetic tasks; on Philly's days the fused one plans better); a scheduler is not told
-either: its history is.
+synthetic tasks; on Philly's days the fused one planned better while hedge had no
+urgency); a scheduler is not told either: its history is.
 
 :class:`ClusterHistory` is what a cluster's history says, built once by whoever starts a
 run (``ClusterHistory.of(config)``: the shipped prior file where one was fitted on exactly

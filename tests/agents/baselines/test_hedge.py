@@ -341,20 +341,32 @@ def test_by_default_a_miss_is_priced_by_the_clusters_history(episode_setup) -> N
 
 def test_by_default_the_distribution_is_the_one_the_history_chose_for_the_workload(
     episode_setup,  # noqa: F811
+    tmp_path,
 ) -> None:
+    import json
+
     from flow_predictor.deadline_prior import DeadlineInformed
     from flow_predictor.task_work import TaskWork
-    from mara_agents.planning.history import ClusterHistory
+    from mara_agents.planning.history import ClusterHistory, shipped_choices
 
     cfg, traces = episode_setup
+    # a history that chose the fused distribution on Philly's days, the calibrated model
+    # on synthetic tasks
+    (record,) = [r for r in shipped_choices() if r["fitted_on"]["cluster"] == {}]
+    mine = {**record, "distribution": {"none": "task", "philly": "flow+deadline"}}
+    (tmp_path / "history.json").write_text(json.dumps([mine]))
     hedge = make_scheduler("hedge")
     for jobs, kind in ((None, TaskWork), ("philly", DeadlineInformed)):
         config = cfg.replace(jobs=jobs)
+        history = ClusterHistory.of(config, [tmp_path / "history.json"])
+        hedge.use_history(history)
         sim = ClusterSim(cfg, traces)
         sim.config = config  # only the settings are read
         hedge.reset(sim, np.random.default_rng(0))
-        assert hedge.distribution == ClusterHistory.of(config).distribution()
+        # the record read is mine (the shipped one chose the calibrated model on both)
+        assert hedge.distribution == history.distribution() == mine["distribution"][jobs or "none"]
         assert isinstance(hedge._predictions, kind), jobs
+    hedge.use_history(None)
     # on the synthetic workload it plays the episode the calibrated model does
     chosen = ClusterHistory.of(cfg).distribution()
     assert run_episode(make_scheduler("hedge"), cfg, traces, seed=3) == run_episode(

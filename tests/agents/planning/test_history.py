@@ -266,11 +266,11 @@ def test_the_shipped_choices_follow_the_rule_and_a_record_without_one_says_what_
             (other,) = record["distribution_leads"][job]
             mean, half = record["distribution_leads"][job][other]["all"]
             assert chosen == (other if mean > half else DISTRIBUTIONS[0])
-    # the default cluster's users: the calibrated model on synthetic tasks, the fused one on
-    # Philly's days (docs/results.md)
+    # the default cluster's users, tuned with urgency: the calibrated model on synthetic
+    # tasks and on Philly's days (docs/baselines.md)
     default = ClusterHistory.of(ClusterConfig())
-    assert (default.distribution(), default.distribution("philly")) == ("task", "flow+deadline")
-    assert ClusterHistory.of(ClusterConfig(jobs="philly")).distribution() == "flow+deadline"
+    assert (default.distribution(), default.distribution("philly")) == ("task", "task")
+    assert ClusterHistory.of(ClusterConfig(jobs="philly")).distribution() == "task"
     assert default.distribution("my_jobs.parquet") == "task"  # not in the history: kept
     # a tuning written before the choice existed: its price is read, and the choice asked for
     users = ClusterConfig(throughput_noise=0.2)
