@@ -5,7 +5,7 @@ MARA against its teacher, LARA and the other baselines at loads 1.0/1.5/2.0 on t
 episodes (env v3's default padded deadlines), then on replayed test days of a cluster's
 job trace (--jobs, the shipped Philly trace by default), and writes OUT/summary.md, CSVs,
 plots (completion vs load, predictor error vs prefix fraction, an example episode's
-allocation) and TensorBoard logs (docs/reproduce.md says how long it takes: about 6
+allocation) and TensorBoard logs (docs/reproduce.md says how long it takes: about 8
 minutes on 2 cores).  --all runs every table of docs/results.md instead: all 24
 schedulers, and twelve of them also under the unbiased and blind deadline models (about
 30 minutes on 2 cores).  --full first retrains the predictor and the shipped policy's recipe
