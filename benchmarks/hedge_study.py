@@ -32,7 +32,7 @@ from flow_predictor.remaining import MIN_RATIO, MIN_REPORTS, RemainingWork
 from mara_agents.baselines.hedge import Hedge
 from mara_agents.evaluation.runner import episode_seed
 from mara_agents.evaluation.stats import mean_ci
-from mara_agents.planning.hedge_rule import DEFAULTS
+from mara_agents.planning.hedge_rule import DEFAULTS, HedgeParams
 from mara_env.cluster import ClusterSim
 from mara_env.config import ClusterConfig
 from mara_env.schedulers import run_episode
@@ -142,10 +142,10 @@ def main() -> None:
     args = p.parse_args()
     if args.episodes < 2:
         p.error("--episodes must be >= 2 (paired intervals)")
-    if not 0 <= args.urgency <= 1:
-        p.error(f"--urgency {args.urgency}: expected a weight in [0, 1]")
-    if args.wait < 1:
-        p.error(f"--wait {args.wait}: expected a whole number of ticks >= 1")
+    try:  # the planner's own checks of its knobs
+        HedgeParams(urgency=args.urgency, wait=args.wait)
+    except ValueError as exc:
+        p.error(f"--urgency {args.urgency:g} --wait {args.wait}: {exc}")
     try:
         sigmas = [float(v) for v in args.sigmas.split(",") if v]
         spreads = [float(v) for v in args.calibrated.split(",") if v]

@@ -57,7 +57,7 @@ ALL_SPECS = (
     "least_slack",
     "random",
 )
-# The main job's headline (plain ``mara reproduce``, within 6 minutes on 2 cores): MARA,
+# The main job's headline (plain ``mara reproduce``, about 8 minutes on 2 cores): MARA,
 # its teacher (on the calibrated model, without urgency, and on exact work), LARA's
 # planner on exact work, the literature's deadline-aware schedulers and the rules of
 # thumb.  The schedulers that plan through the flow model (the costliest per episode after
