@@ -305,11 +305,15 @@ class TaskWork:
         # each report bucket, scored once the task ends
         self._open: dict[int, list[tuple[int, int, np.ndarray, float, float]]] = {}
 
-    def clear(self) -> None:
-        """Forget every task and the run's calibration updates (new episode)."""
+    def clear(self, calibration: bool = True) -> None:
+        """Forget every task (a new episode) and, unless ``calibration`` is false, the
+        run's calibration updates (every episode of the harness starts from the history's;
+        ``calibration=False`` carries them into the next episode, as a cluster's next day
+        would: ``benchmarks/calibration_drift.py``)."""
         if self.flow is not None:
             self.flow.clear()
-        self.recalibration.reset()
+        if calibration:
+            self.recalibration.reset()
         self._open.clear()
 
     def _score_ended(self, sim: Any) -> None:

@@ -175,7 +175,7 @@ def test_the_source_gives_calibrated_quantiles_from_arrival_on() -> None:
         TaskWork(model, DeadlinePrior.load(), None, 64)
 
 
-def test_tasks_that_end_update_the_run_s_calibration_and_clear_resets_it() -> None:
+def test_tasks_that_end_update_the_run_s_calibration_and_clear_resets_it_unless_told() -> None:
     config = ClusterConfig(split="val", load=2.0)
     sim = ClusterSim(config, load_traces(split="val"))
     sim.reset(np.random.default_rng(0))
@@ -188,6 +188,9 @@ def test_tasks_that_end_update_the_run_s_calibration_and_clear_resets_it() -> No
         sim.tick(edf.assign(sim))
     source.get(sim, np.zeros(0, np.int64))
     assert source.recalibration.mass.sum() > start.sum()  # each ended task added its mass
+    moved = source.recalibration.mass.copy()
+    source.clear(calibration=False)  # the next day of the same cluster: the updates stay
+    assert np.array_equal(source.recalibration.mass, moved) and not source._open
     source.clear()
     assert np.array_equal(source.recalibration.mass, start)
 
