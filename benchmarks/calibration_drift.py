@@ -34,7 +34,6 @@ Results to expect: docs/predictor.md ("A cluster unlike its history").
 from __future__ import annotations
 
 import argparse
-from contextlib import nullcontext
 
 import numpy as np
 import pandas as pd
@@ -44,8 +43,9 @@ from flow_predictor.checkpoint import load_predictor
 from flow_predictor.remaining import FLOW_SAMPLES, REFRESH, PredictionCache, RemainingWork
 from flow_predictor.task_work import TaskWork, TaskWorkModel
 from mara_agents.baselines.hedge import Hedge
+from mara_agents.commands.checks import UsageError, parse_list
 from mara_agents.evaluation.runner import episode_seed
-from mara_agents.outputs import OutputError, claim_file
+from mara_agents.outputs import OutputError, claim_optional
 from mara_agents.planning.hedge_rule import DEFAULTS
 from mara_agents.planning.history import ClusterHistory
 from mara_env.atomic import atomic_write
@@ -211,16 +211,9 @@ def main() -> None:
     if not 1 <= args.blocks <= args.episodes:
         p.error("--blocks must be in [1, --episodes]")
     try:
-        args.loads = [float(v) for v in args.loads.split(",")]
-    except ValueError:
-        p.error(f"--loads {args.loads!r}: expected comma-separated numbers, e.g. 1.0,2.0")
-    try:
-        claim = (
-            claim_file(args.csv, command="calibration_drift", force=args.force, option="--csv")
-            if args.csv
-            else nullcontext()
-        )
-    except OutputError as exc:
+        args.loads = parse_list(args.loads, "--loads", float, "load factors, e.g. 1.0,2.0")
+        claim = claim_optional(args.csv, command="calibration_drift", force=args.force)
+    except (UsageError, OutputError) as exc:
         p.error(str(exc))
     with claim as out:
         table = summarise(play(args))

@@ -30,15 +30,15 @@ Results to expect: docs/predictor.md ("How well each source knows the work").
 from __future__ import annotations
 
 import argparse
-from contextlib import nullcontext
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from mara_agents.baselines.hedge import Hedge
+from mara_agents.commands.checks import UsageError, parse_list
 from mara_agents.evaluation.runner import episode_seed
-from mara_agents.outputs import OutputError, claim_file
+from mara_agents.outputs import OutputError, claim_optional
 from mara_env.atomic import atomic_write
 from mara_env.cluster import ClusterSim
 from mara_env.config import DEADLINE_MODELS, SPLITS, ClusterConfig
@@ -219,16 +219,9 @@ def main() -> None:
     if args.episodes < 1:
         p.error("--episodes must be >= 1")
     try:
-        args.loads = [float(v) for v in args.loads.split(",")]
-    except ValueError:
-        p.error(f"--loads {args.loads!r}: expected comma-separated numbers, e.g. 1.0,2.0")
-    try:
-        claim = (
-            claim_file(args.csv, command="prediction_sources", force=args.force, option="--csv")
-            if args.csv
-            else nullcontext()
-        )
-    except OutputError as exc:
+        args.loads = parse_list(args.loads, "--loads", float, "load factors, e.g. 1.0,2.0")
+        claim = claim_optional(args.csv, command="prediction_sources", force=args.force)
+    except (UsageError, OutputError) as exc:
         p.error(str(exc))
     with claim as out:
         table = summarise(play(args))

@@ -29,6 +29,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Iterable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 
 # In every run folder: the lock a run holds while it writes, and the record of which
@@ -252,6 +253,16 @@ class FileClaim:
             os.close(self._fd)
             self._fd = None
             atexit.unregister(self.release)
+
+
+def claim_optional(
+    path: str | os.PathLike | None, *, command: str, force: bool = False, option: str = "--csv"
+) -> AbstractContextManager[Path | None]:
+    """:func:`claim_file` of ``path`` for an optional output (a script's ``--csv``), or, with
+    no path, a block that gives ``None``."""
+    if path is None:
+        return nullcontext()
+    return claim_file(path, command=command, force=force, option=option)
 
 
 def claim_file(
