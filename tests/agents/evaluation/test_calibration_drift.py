@@ -39,7 +39,28 @@ def test_two_days_print_and_write_every_scenario_and_copy(tmp_path):
         carried[["coverage", "coverage50", "log_error"]]
     )
 
+    assert "completion" not in proc.stdout  # only with --completion
+
     again = run_script(SCRIPT, *argv)
     assert again.returncode == 2 and "exists" in again.stderr, again.stderr[-2000:]
     bad = run_script(SCRIPT, "--episodes", "2", "--blocks", "3")
     assert bad.returncode == 2 and "--blocks" in bad.stderr
+
+
+def test_completion_pairs_hedge_on_the_carried_copy_with_the_online_one(tmp_path):
+    gains = tmp_path / "gains.csv"
+    argv = ["--episodes", "2", "--loads", "2.0", "--quiet", "--completion"]
+    proc = run_script(SCRIPT, *argv, "--completion-csv", str(gains))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "hedge's completion rate planning on the online and the carried copy" in proc.stdout
+    table = pd.read_csv(gains)
+    assert list(table.columns) == [
+        "tasks", "history", "load", "online", "carried", "carried_minus_online", "ci95",
+        "episodes", "split",
+    ]  # fmt: skip
+    assert len(table) == 8 and (table["episodes"] == 2).all()
+    assert table["online"].between(0, 1).all() and table["carried"].between(0, 1).all()
+    gap = 100 * (table["carried"] - table["online"])
+    assert (gap - table["carried_minus_online"]).abs().max() < 0.011  # rates kept to 4 places
+    lone = run_script(SCRIPT, "--episodes", "1", "--completion-csv", str(tmp_path / "x.csv"))
+    assert lone.returncode == 2 and "--completion-csv needs --completion" in lone.stderr
