@@ -47,7 +47,14 @@ from tqdm import tqdm
 
 from flow_predictor.checkpoint import load_predictor
 from flow_predictor.deadline_prior import DeadlinePrior
-from flow_predictor.remaining import FLOW_SAMPLES, REFRESH, PredictionCache, RemainingWork
+from flow_predictor.flow import FlowPredictor
+from flow_predictor.remaining import (
+    FLOW_SAMPLES,
+    REFRESH,
+    PredictionCache,
+    RemainingWork,
+    first_at_reports,
+)
 from flow_predictor.task_work import TaskWork, TaskWorkModel
 from mara_agents.baselines.hedge import Hedge
 from mara_agents.commands.checks import UsageError, parse_list
@@ -98,7 +105,7 @@ def play(args: argparse.Namespace) -> tuple[pd.DataFrame, pd.DataFrame]:
     per scenario, load and episode: the completion rate of ``hedge`` planning on the
     online copy and (with ``--completion``) on the carried one."""
     traces = load_traces(split=args.split)
-    model = TaskWorkModel.load()
+    model, flow = TaskWorkModel.load(), load_predictor(n_samples=FLOW_SAMPLES)
     rows: list[tuple] = []
     done: list[dict] = []
     passes = 2 if args.completion else 1
@@ -115,11 +122,8 @@ def play(args: argparse.Namespace) -> tuple[pd.DataFrame, pd.DataFrame]:
             # hedge as this cluster runs it: on the distribution of a copy, with the
             # history's price of a miss (its planning on exact work is never asked for)
             hedge = Hedge(predictor="exact", miss_cost=history.price())
-            plans = (
-                ("online", _copies(model, history.prior, COPIES)),
-                ("carried", _copies(model, history.prior, ("carried",))),
-            )
-            for plan_on, asked in plans[:passes]:
+            for plan_on, names in (("online", COPIES), ("carried", ("carried",)))[:passes]:
+                asked = _copies(model, flow, history.prior, names)
                 for i in range(args.episodes):
                     seed = episode_seed(args.seed, load, i)
                     days = i * args.blocks // args.episodes
@@ -147,12 +151,14 @@ def play(args: argparse.Namespace) -> tuple[pd.DataFrame, pd.DataFrame]:
     )
 
 
-def _copies(model: TaskWorkModel, prior: DeadlinePrior, names: tuple[str, ...]) -> dict:
+def _copies(
+    model: TaskWorkModel, flow: FlowPredictor, prior: DeadlinePrior, names: tuple[str, ...]
+) -> dict[str, TaskWork]:
     """Copies of the remaining-work model on ``prior`` by name (:data:`COPIES`), sharing
     one cache of the flow model's samples."""
-    flow = PredictionCache(load_predictor(n_samples=FLOW_SAMPLES), REFRESH)
+    cache = PredictionCache(flow, REFRESH)
     return {
-        name: TaskWork(model, prior, flow, DEFAULTS.quantiles, online=name != "held")
+        name: TaskWork(model, prior, cache, DEFAULTS.quantiles, online=name != "held")
         for name in names
     }
 
@@ -193,17 +199,10 @@ def _score(
 ) -> list[tuple[str, list[tuple[bool, bool, float]]]]:
     """Per copy, (inside 10-90 %, inside 25-75 %, |log error|) of each task of ``order``
     counted now (``seen``: the (task, reports) pairs counted before in this episode)."""
-    reports = np.array([len(sim.hist_work[k]) for k in order])
-    truth = sim.remaining_true(order)
-    counted = [
-        i
-        for i, (k, r) in enumerate(zip(order.tolist(), reports.tolist()))
-        if r in REPORTS and (k, r) not in seen and np.isfinite(truth[i]) and truth[i] > 0
-    ]
-    if not counted:
+    counted, _, t = first_at_reports(sim, order, REPORTS, seen)
+    if not len(counted):
         return []
-    seen.update((int(order[i]), int(reports[i])) for i in counted)
-    t, out = truth[counted], []
+    out = []
     for name, rw in answers.items():
         q10, q25, q50, q75, q90 = np.quantile(
             rw.samples[counted], [0.1, 0.25, 0.5, 0.75, 0.9], axis=1

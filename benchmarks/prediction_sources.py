@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from flow_predictor.remaining import first_at_reports
 from mara_agents.baselines.hedge import Hedge
 from mara_agents.commands.checks import UsageError, parse_list
 from mara_agents.evaluation.runner import episode_seed
@@ -98,17 +99,10 @@ def measure(
     if not len(tasks):
         return
     answers = {name: source.get(sim, tasks) for name, source in sources.items()}
-    reports = np.array([len(sim.hist_work[k]) for k in tasks])
-    truth = sim.remaining_true(tasks)
-    counted = [
-        i
-        for i, (k, r) in enumerate(zip(tasks.tolist(), reports.tolist()))
-        if r in REPORTS and (k, r) not in seen and np.isfinite(truth[i]) and truth[i] > 0
-    ]
-    if not counted:
+    counted, reports, truth = first_at_reports(sim, tasks, REPORTS, seen)
+    if not len(counted):
         return
-    seen.update((int(tasks[i]), int(reports[i])) for i in counted)
-    truth, families = truth[counted], sim.task_families()[tasks[counted]]
+    families = sim.task_families()[tasks[counted]]
     for name, rw in answers.items():
         samples = rw.samples[counted]
         known = ~(rw.fallback[counted] | np.isnan(samples).any(axis=1))
@@ -125,7 +119,7 @@ def measure(
             zip(
                 families,
                 [name] * len(counted),
-                reports[counted],
+                reports,
                 known,
                 error,
                 inside,

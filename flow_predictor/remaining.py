@@ -234,6 +234,28 @@ def _last_work(works: Sequence[np.ndarray]) -> np.ndarray:
     return np.array([float(w[-1]) if len(w) else 0.0 for w in works])
 
 
+def first_at_reports(
+    sim: Any, tasks: np.ndarray, at: Sequence[int], seen: set[tuple[int, int]]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """How a prediction is scored once per task and report count (``benchmarks/``): the
+    positions in ``tasks`` of those whose report count is one of ``at`` and was not counted
+    before (``seen``: the (task, reports) pairs counted so far, updated here), left out a
+    task whose trace never reaches its target; their report counts and their true remaining
+    work (the simulator's, for scoring only)."""
+    reports = np.array([len(sim.hist_work[k]) for k in tasks], np.int64)
+    truth = sim.remaining_true(tasks)
+    counted = np.array(
+        [
+            i
+            for i, (k, r) in enumerate(zip(np.asarray(tasks).tolist(), reports.tolist()))
+            if r in at and (k, r) not in seen and np.isfinite(truth[i]) and truth[i] > 0
+        ],
+        np.int64,
+    )
+    seen.update((int(tasks[i]), int(reports[i])) for i in counted)
+    return counted, reports[counted], truth[counted]
+
+
 def from_reports(predictor: RemainingWorkPredictor) -> Predict:
     """``predictor`` as a cache's :data:`Predict`: remaining work from the last reported work."""
 
