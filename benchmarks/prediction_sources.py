@@ -2,6 +2,7 @@
 
 How to run:   python benchmarks/prediction_sources.py [--split test] [--deadline-model padded]
                   [--episodes 6] [--loads 1.0,2.0] [--seed 0] [--csv PATH [--force]]
+                  [--quiet]
 Plays the harness's episodes (base seed ``--seed``, 16 nodes, the split's traces,
 deadlines drawn by ``--deadline-model``) with the ``hedge`` scheduler on the fused
 distribution (:data:`DRIVER`, the states every table of docs/predictor.md was measured on)
@@ -22,8 +23,14 @@ counted task's exact remaining work it prints, per family and for all families t
 per source and report count: the share of tasks with a prediction, the median
 |log(median / truth)| among them (a median of "never" counts as an infinite error), the
 shares of truths inside the 10-90 % and 25-75 % intervals (0.8 and 0.5 when calibrated),
-the mean CRPS of log remaining work (sharpness and calibration in one number; lower is
-better), and n.  ``--csv`` writes the same rows.
+each with the half-width of its 95 % t-interval clustered by trace (tasks drawn from one
+learning curve are not independent: the trace, not the task, is the unit a family's
+coverage is measured on), the mean CRPS of log remaining work (sharpness and calibration
+in one number; lower is better), n and the number of distinct traces.  Last, for the
+calibrated model (``task``), it counts the (family, report count) cells whose coverages lie
+within :data:`BANDS`, and names those whose intervals lie wholly outside a band (among
+cells of :data:`MIN_TRACES` traces or more): a cell outside a band but whose interval
+reaches it is one the split cannot tell from a calibrated one.  ``--csv`` writes the same rows.
 Results to expect: docs/predictor.md ("How well each source knows the work").
 """
 
@@ -34,11 +41,13 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from tqdm import tqdm
 
 from flow_predictor.remaining import first_at_reports
 from mara_agents.baselines.hedge import Hedge
 from mara_agents.commands.checks import UsageError, parse_list
 from mara_agents.evaluation.runner import episode_seed
+from mara_agents.evaluation.stats import clustered_ci
 from mara_agents.outputs import OutputError, claim_optional
 from mara_env.atomic import atomic_write
 from mara_env.cluster import ClusterSim
@@ -59,10 +68,21 @@ COLUMNS = (
     "predicted",
     "log_error",
     "coverage",
+    "coverage_ci",
     "coverage50",
+    "coverage50_ci",
     "crps",
     "n",
+    "traces",
 )
+# a calibrated distribution's coverages, within these bands (issue 63's goal): the share
+# of truths inside the 10-90 % interval, and inside the 25-75 % one
+BANDS = {"coverage": (0.75, 0.85), "coverage50": (0.45, 0.55)}
+# the source whose per-family cells are counted against BANDS
+BANDED = "task"
+# a cell's interval is judged against its band only with at least this many traces (a
+# cluster-robust interval on fewer is unreliable, and on a cell whose tasks all agree, empty)
+MIN_TRACES = 10
 # log remaining work of "never" (inf) samples, for the CRPS
 _LOG_NEVER = 50.0
 
@@ -92,9 +112,9 @@ def crps(samples: np.ndarray, truth: np.ndarray) -> np.ndarray:
 def measure(
     sim: ClusterSim, sources: dict[str, Any], seen: set[tuple[int, int]], rows: list[tuple]
 ) -> None:
-    """Ask every source about the active tasks; one row (family, source, reports, known,
-    |log error|, inside 10-90 %) per source and task counted now (``seen``: the (task,
-    reports) pairs counted before in this episode)."""
+    """Ask every source about the active tasks; one row (family, trace, source, reports,
+    known, |log error|, inside 10-90 %, inside 25-75 %, CRPS) per source and task counted
+    now (``seen``: the (task, reports) pairs counted before in this episode)."""
     tasks = edf_order(sim)
     if not len(tasks):
         return
@@ -103,6 +123,7 @@ def measure(
     if not len(counted):
         return
     families = sim.task_families()[tasks[counted]]
+    traces = sim.workload.trace[tasks[counted]]
     for name, rw in answers.items():
         samples = rw.samples[counted]
         known = ~(rw.fallback[counted] | np.isnan(samples).any(axis=1))
@@ -118,6 +139,7 @@ def measure(
         rows.extend(
             zip(
                 families,
+                traces,
                 [name] * len(counted),
                 reports,
                 known,
@@ -134,6 +156,7 @@ def play(args: argparse.Namespace) -> pd.DataFrame:
     :data:`DRIVER`'s predictions."""
     traces = load_traces(split=args.split)
     rows: list[tuple] = []
+    bar = tqdm(total=len(args.loads) * args.episodes, desc="episodes", disable=args.quiet)
     for load in args.loads:
         config = ClusterConfig(split=args.split, load=load, deadline_model=args.deadline_model)
         sources = make_sources(ClusterSim(config, traces))
@@ -148,10 +171,15 @@ def play(args: argparse.Namespace) -> pd.DataFrame:
             while not sim.done:
                 measure(sim, sources, seen, rows)
                 sim.tick(hedge.assign(sim))
+            bar.update(1)
+    bar.close()
     return pd.DataFrame(
         rows,
-        columns=["family", "source", "reports", "known", "error", "inside", "inside50", "crps"],
-    )
+        columns=[
+            "family", "trace", "source", "reports", "known", "error", "inside", "inside50",
+            "crps",
+        ],
+    )  # fmt: skip
 
 
 def summarise(rows: pd.DataFrame) -> pd.DataFrame:
@@ -165,31 +193,76 @@ def summarise(rows: pd.DataFrame) -> pd.DataFrame:
     rows["family"] = pd.Categorical(rows["family"], families, ordered=True)
     names = ["fused" if v == FUSED else v for v in SOURCES]
     rows["source"] = pd.Categorical(rows["source"], names, ordered=True)
-    table = rows.groupby(["family", "source", "reports"], observed=True).agg(
+    cells = rows.groupby(["family", "source", "reports"], observed=True)
+    table = cells.agg(
         predicted=("known", "mean"),
         log_error=("error", "median"),
         coverage=("inside", "mean"),
         coverage50=("inside50", "mean"),
         crps=("crps", "mean"),
         n=("known", "size"),
+        traces=("trace", "nunique"),
     )
+    for column in ("inside", "inside50"):
+        half = cells.apply(lambda cell, c=column: clustered_ci(cell[c], cell["trace"])[1])
+        table[column.replace("inside", "coverage") + "_ci"] = half
     return table.reset_index()[list(COLUMNS)]
 
 
+def band_cells(table: pd.DataFrame, source: str = BANDED) -> tuple[int, int, list[str]]:
+    """Of ``source``'s (family, report count) cells (families only): how many there are,
+    how many have both coverages within :data:`BANDS`, and a line for each coverage whose
+    95 % interval lies wholly outside its band (cells of :data:`MIN_TRACES` traces or more
+    only)."""
+    part = table[(table["source"] == source) & (table["family"] != "all")].dropna(
+        subset=list(BANDS)
+    )
+    inside = np.ones(len(part), bool)
+    outside = []
+    for column, (lo, hi) in BANDS.items():
+        value, half = part[column].to_numpy(), part[f"{column}_ci"].to_numpy()
+        inside &= (lo <= value) & (value <= hi)
+        judged = part["traces"].to_numpy() >= MIN_TRACES
+        beyond = judged & ((value + half < lo) | (value - half > hi))
+        outside.extend(
+            f"{r.family} at {r.reports} reports: {value[i]:.2f} ± {half[i]:.2f} outside "
+            f"{lo:.2f}-{hi:.2f} ({'10-90' if column == 'coverage' else '25-75'} %)"
+            for i, r in enumerate(part.itertuples())
+            if beyond[i]
+        )
+    return len(part), int(inside.sum()), outside
+
+
+def _share(value: float, half: float) -> str:
+    """A coverage and its interval's half-width, 13 wide ("-": no prediction)."""
+    if np.isnan(value):
+        return f"{'-':>13s}"
+    return f"{value:6.2f} ± {half:4.2f}" if np.isfinite(half) else f"{value:13.2f}"
+
+
 def show(table: pd.DataFrame) -> None:
-    """One table per family."""
+    """One table per family, then the banded source's count of cells in the bands."""
     for family, part in table.groupby("family", observed=True):
         print(f"\n{family}")
         print(
             f"{'source':13s} {'reports':>7s} {'predicted':>9s} {'|log err|':>9s} "
-            f"{'in 10-90%':>9s} {'in 25-75%':>9s} {'CRPS':>6s} {'n':>6s}"
+            f"{'in 10-90%':>13s} {'in 25-75%':>13s} {'CRPS':>6s} {'n':>6s} {'traces':>6s}"
         )
         for r in part.itertuples():
             line = (
                 f"{r.source:13s} {r.reports:7d} {r.predicted:9.2f} {r.log_error:9.2f} "
-                f"{r.coverage:9.2f} {r.coverage50:9.2f} {r.crps:6.3f} {r.n:6d}"
+                f"{_share(r.coverage, r.coverage_ci)} {_share(r.coverage50, r.coverage50_ci)} "
+                f"{r.crps:6.3f} {r.n:6d} {r.traces:6d}"
             )
             print(line.replace("nan", "  -"))  # no prediction at that count
+    cells, inside, outside = band_cells(table)
+    bands = " and ".join(f"{lo:.2f}-{hi:.2f}" for lo, hi in BANDS.values())
+    print(
+        f"\n{BANDED}: {inside} of {cells} (family, report count) cells have both coverages "
+        f"within {bands}; {len(outside)} coverages lie outside their band beyond their 95 % "
+        f"interval (clustered by trace; cells of {MIN_TRACES} traces or more)"
+        + "".join(f"\n  {line}" for line in outside)
+    )
 
 
 def main() -> None:
@@ -209,6 +282,7 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=0, help="base seed of the episodes (default 0)")
     p.add_argument("--csv", help="also write the rows to this CSV file")
     p.add_argument("--force", action="store_true", help="replace --csv if it exists")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
     args = p.parse_args()
     if args.episodes < 1:
         p.error("--episodes must be >= 1")
