@@ -1,7 +1,7 @@
 """``mara predictor task-work``: fit the remaining-work model that knows the task.
 
 Plays ``--episodes`` episodes per deadline model, workload and load of the train split
-with ``hedge:predictor=deadline,miss_cost=1`` (fast, and a planner's states), records every
+with :data:`PLAYER` (fast, and a planner's states), records every
 other tick each active task's features and exact remaining work
 (:mod:`flow_predictor.task_work_fit`), fits the quantile network on them, then plays the
 same settings on the validation split (traces the flow model never trained on) to fit
@@ -15,6 +15,12 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+
+# The scheduler that plays every episode the rows are recorded on, each knob that moves its
+# decisions pinned: hedge on the deadline prior alone, a miss charged to the deadline,
+# without urgency (hedge's default when the shipped models were fitted; with hedge's
+# defaults of today the same command would record other states and fit another model).
+PLAYER = "hedge:predictor=deadline:miss_cost=1:urgency=0"
 
 
 def add_parser(sub: argparse._SubParsersAction, fmt: type) -> None:
@@ -72,11 +78,12 @@ def run_task_work(args: argparse.Namespace) -> int:
     from flow_predictor.remaining import FLOW_SAMPLES
     from flow_predictor.task_work_fit import collect, fit_model
     from flow_predictor.train import resolve_device
-    from mara_agents.baselines.hedge import Hedge
     from mara_agents.commands import checks
+    from mara_agents.evaluation.registry import make_scheduler
     from mara_agents.outputs import OutputError, claim_file
     from mara_agents.planning.history import ClusterHistory
     from mara_env.config import DEADLINE_MODELS, ClusterConfig, ConfigError
+    from mara_env.schedulers import Scheduler
     from mara_env.traces import TraceError, load_traces
 
     command = "predictor task-work"
@@ -133,8 +140,8 @@ def run_task_work(args: argparse.Namespace) -> int:
     start = time.monotonic()
     flow = load_predictor(n_samples=FLOW_SAMPLES)
 
-    def play() -> Hedge:
-        return Hedge(predictor="deadline", miss_cost=1.0)
+    def play() -> Scheduler:
+        return make_scheduler(PLAYER)
 
     total = len(train_settings) * args.episodes + len(cal_settings) * args.calibration_episodes
     bar = tqdm(total=total, desc="episodes", unit="ep", disable=args.quiet)
@@ -170,7 +177,7 @@ def run_task_work(args: argparse.Namespace) -> int:
             "seed": args.seed,
             "train_split": "train",
             "calibration_split": "val",
-            "played_by": "hedge:predictor=deadline,miss_cost=1",
+            "played_by": PLAYER,
         }
         config = QuantileNetConfig(epochs=args.epochs, seed=args.seed)
         for out, uses_flow in zip(outs, (True, False)):

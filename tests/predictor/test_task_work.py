@@ -30,6 +30,8 @@ from flow_predictor.task_work import (
     task_features,
 )
 from mara_agents.cli import main
+from mara_agents.commands.task_work import PLAYER
+from mara_agents.evaluation.registry import make_scheduler
 from mara_env.cluster import ClusterSim
 from mara_env.config import ClusterConfig
 from mara_env.schedulers import EDF
@@ -237,6 +239,7 @@ def test_the_command_fits_and_writes_both_models(tmp_path, capsys) -> None:
     assert main(argv) == 0
     assert TaskWorkModel.load(out).uses_flow and not TaskWorkModel.load(no_flow).uses_flow
     assert TaskWorkModel.load(out).fitted_on["deadline_models"] == ["padded"]
+    assert TaskWorkModel.load(out).fitted_on["played_by"] == PLAYER
     assert main(argv) == 2 and "--force" in capsys.readouterr().err  # exists
     bad = list(argv)
     bad[bad.index("--deadline-models") + 1] = "padded,psychic"
@@ -244,3 +247,11 @@ def test_the_command_fits_and_writes_both_models(tmp_path, capsys) -> None:
     assert main(bad) == 2 and "psychic" in capsys.readouterr().err
     bad[bad.index("--device") + 1] = "tpu9"
     assert main(bad) == 2 and "--device tpu9" in capsys.readouterr().err
+
+
+def test_the_player_of_the_rows_pins_its_knobs() -> None:
+    # the shipped models were fitted on hedge without urgency; a default of hedge that
+    # changed since must not change the rows the command records
+    player = make_scheduler(PLAYER)
+    assert player.predictor == "deadline"
+    assert player.params.urgency == 0.0 and player.params.miss_cost == 1.0
