@@ -54,6 +54,7 @@ from flow_predictor.remaining import (
     PredictionCache,
     RemainingWork,
     first_at_reports,
+    interval_scores,
 )
 from flow_predictor.task_work import TaskWork, TaskWorkModel
 from mara_agents.baselines.hedge import Hedge
@@ -202,14 +203,9 @@ def _score(
     counted, _, t = first_at_reports(sim, order, REPORTS, seen)
     if not len(counted):
         return []
-    out = []
-    for name, rw in answers.items():
-        q10, q25, q50, q75, q90 = np.quantile(
-            rw.samples[counted], [0.1, 0.25, 0.5, 0.75, 0.9], axis=1
-        )
-        found = zip((q10 <= t) & (t <= q90), (q25 <= t) & (t <= q75), np.abs(np.log(q50 / t)))
-        out.append((name, list(found)))
-    return out
+    return [
+        (name, list(zip(*interval_scores(rw.samples[counted], t)))) for name, rw in answers.items()
+    ]
 
 
 def summarise(rows: pd.DataFrame) -> pd.DataFrame:

@@ -43,7 +43,7 @@ import numpy as np
 import pandas as pd
 from tqdm import tqdm
 
-from flow_predictor.remaining import first_at_reports
+from flow_predictor.remaining import first_at_reports, interval_scores
 from mara_agents.baselines.hedge import Hedge
 from mara_agents.commands.checks import UsageError, parse_list
 from mara_agents.evaluation.runner import episode_seed
@@ -128,14 +128,7 @@ def measure(
         samples = rw.samples[counted]
         known = ~(rw.fallback[counted] | np.isnan(samples).any(axis=1))
         s = np.where(known[:, None], samples, 1.0)
-        # "never" (inf) read as the largest float: quantiles among them stay huge, not nan
-        q10, q25, q50, q75, q90 = np.quantile(
-            np.minimum(s, 1e300), [0.1, 0.25, 0.5, 0.75, 0.9], axis=1
-        )
-        with np.errstate(divide="ignore"):  # a median of 0: an infinite error
-            error = np.abs(np.log(q50 / truth))
-        inside = (q10 <= truth) & (truth <= q90)
-        inside50 = (q25 <= truth) & (truth <= q75)
+        inside, inside50, error = interval_scores(s, truth)
         rows.extend(
             zip(
                 families,
@@ -218,11 +211,11 @@ def band_cells(table: pd.DataFrame, source: str = BANDED) -> tuple[int, int, lis
         subset=list(BANDS)
     )
     inside = np.ones(len(part), bool)
+    judged = part["traces"].to_numpy() >= MIN_TRACES
     outside = []
     for column, (lo, hi) in BANDS.items():
         value, half = part[column].to_numpy(), part[f"{column}_ci"].to_numpy()
         inside &= (lo <= value) & (value <= hi)
-        judged = part["traces"].to_numpy() >= MIN_TRACES
         beyond = judged & ((value + half < lo) | (value - half > hi))
         outside.extend(
             f"{r.family} at {r.reports} reports: {value[i]:.2f} ± {half[i]:.2f} outside "

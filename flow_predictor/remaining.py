@@ -256,6 +256,22 @@ def first_at_reports(
     return counted, reports[counted], truth[counted]
 
 
+def interval_scores(
+    samples: np.ndarray, truth: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """How a counted prediction is scored (``benchmarks/``): per row of ``samples`` (tasks x
+    samples) against its ``truth``, whether the truth lies in the 10-90 % and in the
+    25-75 % interval, and the |log(median / truth)|.  "Never" (inf) samples are read as the
+    largest float, so quantiles among them stay huge, not nan; a median of 0 is an infinite
+    error."""
+    q10, q25, q50, q75, q90 = np.quantile(
+        np.minimum(samples, 1e300), [0.1, 0.25, 0.5, 0.75, 0.9], axis=1
+    )
+    with np.errstate(divide="ignore"):
+        error = np.abs(np.log(q50 / truth))
+    return (q10 <= truth) & (truth <= q90), (q25 <= truth) & (truth <= q75), error
+
+
 def from_reports(predictor: RemainingWorkPredictor) -> Predict:
     """``predictor`` as a cache's :data:`Predict`: remaining work from the last reported work."""
 
